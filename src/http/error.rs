@@ -1,0 +1,156 @@
+//! `ApiError`: every failure a handler can answer with, mapped to the contract's exact bodies.
+//! 5xx causes are logged here and never returned.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::accounts::AccountError;
+use crate::db::DbError;
+use crate::keys::KeyError;
+use crate::streams::StreamError;
+use crate::validation::FieldErrors;
+use crate::waitlist::WaitlistError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400 `{ errors: { field: message } }`.
+    Validation(FieldErrors),
+    /// 401 `{ error: "Unauthorized" }` (cookie routes).
+    Unauthorized,
+    /// 401 `{ error: "Invalid API key" }` (telemetry).
+    InvalidApiKey,
+    /// 404 `{ error: "Not Found" }`.
+    NotFound,
+    /// better-auth style `{ code, message }` failures of the account routes.
+    Auth {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
+    /// 429 of the account routes, with the seconds to wait.
+    TooManyRequests(u64),
+    /// 500 `{ error: "Internal Server Error" }`; the cause is only logged.
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn field(field: &str, message: impl Into<String>) -> Self {
+        ApiError::Validation(FieldErrors::from([(field.to_owned(), message.into())]))
+    }
+
+    pub fn auth(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Auth {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        ApiError::Internal(cause.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Validation(errors) => {
+                (StatusCode::BAD_REQUEST, Json(json!({ "errors": errors }))).into_response()
+            }
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({ "error": "Unauthorized" })),
+            )
+                .into_response(),
+            ApiError::InvalidApiKey => (
+                StatusCode::UNAUTHORIZED,
+                Json(json!({ "error": "Invalid API key" })),
+            )
+                .into_response(),
+            ApiError::NotFound => {
+                (StatusCode::NOT_FOUND, Json(json!({ "error": "Not Found" }))).into_response()
+            }
+            ApiError::Auth {
+                status,
+                code,
+                message,
+            } => (status, Json(json!({ "code": code, "message": message }))).into_response(),
+            ApiError::TooManyRequests(secs) => {
+                let mut r = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({
+                        "code": "TOO_MANY_REQUESTS",
+                        "message": "Too many requests. Please try again later."
+                    })),
+                )
+                    .into_response();
+                r.headers_mut()
+                    .insert("x-retry-after", HeaderValue::from(secs));
+                r
+            }
+            ApiError::Internal(cause) => {
+                tracing::error!(%cause, "internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    Json(json!({ "error": "Internal Server Error" })),
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl From<StreamError> for ApiError {
+    fn from(e: StreamError) -> Self {
+        match e {
+            StreamError::Invalid(f) => ApiError::Validation(f),
+            StreamError::NotFound => ApiError::NotFound,
+            StreamError::Db(e) => e.into(),
+        }
+    }
+}
+
+impl From<KeyError> for ApiError {
+    fn from(e: KeyError) -> Self {
+        match e {
+            KeyError::Invalid(f) => ApiError::Validation(f),
+            KeyError::NotFound => ApiError::NotFound,
+            KeyError::Db(e) => e.into(),
+        }
+    }
+}
+
+impl From<WaitlistError> for ApiError {
+    fn from(e: WaitlistError) -> Self {
+        match e {
+            WaitlistError::Invalid(f) => ApiError::Validation(f),
+            WaitlistError::Db(e) => e.into(),
+        }
+    }
+}
+
+impl From<AccountError> for ApiError {
+    fn from(e: AccountError) -> Self {
+        match e {
+            AccountError::EmailTaken => ApiError::auth(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL",
+                "User already exists. Use another email.",
+            ),
+            AccountError::InvalidCredentials => ApiError::auth(
+                StatusCode::UNAUTHORIZED,
+                "INVALID_EMAIL_OR_PASSWORD",
+                "Invalid email or password",
+            ),
+            other => ApiError::internal(other),
+        }
+    }
+}

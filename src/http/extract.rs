@@ -1,0 +1,171 @@
+//! Request plumbing shared by the handlers: bounded body reading (a too-large body is a 400,
+//! never a 413), the session cookie and the cookie gate with its Origin check.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::AppState;
+use crate::accounts::{Authenticated, SESSION_TTL_MS};
+
+pub const COOKIE_NAME: &str = "auth.session_token";
+/// JSON bodies of the account, stream, key and waitlist routes are small.
+pub const JSON_BODY_LIMIT: usize = 64 * 1024;
+
+/// A request body of at most [`JSON_BODY_LIMIT`] bytes, whatever its content type.
+pub struct SmallBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for SmallBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        read_body(req.into_body(), JSON_BODY_LIMIT)
+            .await
+            .map(SmallBody)
+            .ok_or_else(|| {
+                ApiError::field(
+                    "body",
+                    format!("Body must be at most {JSON_BODY_LIMIT} bytes"),
+                )
+            })
+    }
+}
+
+/// Reads at most `limit` bytes; `None` when the body is larger or the stream broke.
+pub async fn read_body(body: Body, limit: usize) -> Option<Bytes> {
+    axum::body::to_bytes(body, limit).await.ok()
+}
+
+/// The value of the session cookie, if the request carries one.
+pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE_NAME)
+        .map(|(_, value)| value.trim_matches('"'))
+}
+
+/// True when an unsafe request names an Origin other than the host it was sent to: its
+/// cookie must not be honoured (CSRF).
+pub fn foreign_origin(method: &Method, headers: &HeaderMap) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return false;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| url::Url::parse(o).ok())
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .and_then(|u| {
+            let h = u.host_str()?.to_owned();
+            Some(match u.port() {
+                Some(p) => format!("{h}:{p}"),
+                None => h,
+            })
+        });
+    match (origin_host, host) {
+        (Some(o), Some(h)) => !o.eq_ignore_ascii_case(h),
+        _ => true,
+    }
+}
+
+/// `Set-Cookie` that stores a session cookie value.
+pub fn set_cookie(value: &str) -> HeaderValue {
+    let max_age = SESSION_TTL_MS / 1000;
+    HeaderValue::from_str(&format!(
+        "{COOKIE_NAME}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Lax"
+    ))
+    .unwrap_or_else(|_| {
+        HeaderValue::from_static("auth.session_token=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax")
+    })
+}
+
+/// `Set-Cookie` that removes the session cookie.
+pub fn clear_cookie() -> HeaderValue {
+    HeaderValue::from_static("auth.session_token=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax")
+}
+
+/// The signed-in user of a cookie-gated request.
+#[derive(Clone)]
+pub struct SessionUser(pub Arc<Authenticated>);
+
+/// Middleware of the cookie-gated routes: 401 `Unauthorized` unless the cookie names a live
+/// session; re-sends the cookie when the session's expiry slid forward.
+pub async fn require_session(
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let cookie = if foreign_origin(req.method(), req.headers()) {
+        None
+    } else {
+        session_cookie(req.headers()).map(str::to_owned)
+    };
+    let Some(cookie) = cookie else {
+        return Err(ApiError::Unauthorized);
+    };
+    let auth = state
+        .accounts
+        .authenticate(&cookie)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    let refreshed = auth.refreshed_cookie.clone();
+    req.extensions_mut().insert(SessionUser(Arc::new(auth)));
+    let mut resp = next.run(req).await.into_response();
+    if let Some(value) = refreshed {
+        resp.headers_mut()
+            .append(header::SET_COOKIE, set_cookie(&value));
+    }
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn finds_the_session_cookie_among_others() {
+        let h = headers(&[("cookie", "a=1; auth.session_token=tok.sig; b=2")]);
+        assert_eq!(session_cookie(&h), Some("tok.sig"));
+        assert_eq!(session_cookie(&headers(&[("cookie", "a=1")])), None);
+    }
+
+    #[test]
+    fn origin_check() {
+        let same = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ]);
+        let other = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "https://evil.example"),
+        ]);
+        let none = headers(&[("host", "127.0.0.1:8080")]);
+        let null = headers(&[("host", "127.0.0.1:8080"), ("origin", "null")]);
+        assert!(!foreign_origin(&Method::POST, &same));
+        assert!(foreign_origin(&Method::POST, &other));
+        assert!(foreign_origin(&Method::DELETE, &null));
+        assert!(!foreign_origin(&Method::POST, &none));
+        assert!(!foreign_origin(&Method::GET, &other));
+    }
+}

@@ -1,0 +1,22 @@
+//! streamwatch: stream monitoring and player telemetry.
+//!
+//! * [`config`] — flags and environment, parsed once.
+//! * [`startup`] — opens the stores, spawns background tasks, serves.
+//! * [`http`] — the only axum code: router, handlers, error mapping.
+//! * [`accounts`], [`streams`], [`keys`], [`probes`], [`waitlist`] — domain types and storage.
+//! * [`ssrf`] — the guard shared by registration and every probe.
+//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
+
+pub mod accounts;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod keys;
+pub mod probes;
+pub mod ratelimit;
+pub mod ssrf;
+pub mod startup;
+pub mod streams;
+pub mod time;
+pub mod validation;
+pub mod waitlist;

@@ -1,0 +1,85 @@
+//! `uptimePct` over the last 24 hours without scanning every probe row: whole hours come from
+//! the `probe_rollups` counters (kept in the same transaction as each probe insert), and only
+//! the one hour that straddles the window's start is counted from raw rows (≤ 1/24 of them).
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+
+use crate::db::Db;
+
+pub const WINDOW_MS: i64 = 24 * 3600 * 1000;
+pub const HOUR_MS: i64 = 3600 * 1000;
+
+/// Start of the hour holding `ms`.
+pub fn hour_of(ms: i64) -> i64 {
+    ms.div_euclid(HOUR_MS) * HOUR_MS
+}
+
+/// 100 × non-failing ÷ all, rounded to 2 decimals; 100 when there are no probes.
+pub fn pct(total: i64, failing: i64) -> f64 {
+    if total <= 0 {
+        return 100.0;
+    }
+    let raw = 100.0 * (total - failing) as f64 / total as f64;
+    (raw * 100.0).round() / 100.0
+}
+
+/// Uptime of each listed stream over `(now - 24 h, now]`; streams without probes are absent.
+pub async fn uptime_pct(
+    db: &Db,
+    ids: &[&str],
+    now: i64,
+) -> Result<HashMap<String, f64>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let since = now - WINDOW_MS;
+    let edge_hour = hour_of(since);
+    // Placeholders $3.. for the ids; $1 and $2 are the bounds.
+    let list = (0..ids.len())
+        .map(|i| format!("${}", i + 3))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT stream_id, CAST(SUM(total) AS BIGINT) AS total, CAST(SUM(failing) AS BIGINT) AS failing FROM ( \
+             SELECT stream_id, total, failing FROM probe_rollups \
+             WHERE hour > $1 AND stream_id IN ({list}) \
+             UNION ALL \
+             SELECT stream_id, 1 AS total, CASE WHEN status = 'failing' THEN 1 ELSE 0 END AS failing \
+             FROM probes WHERE created_at > $2 AND created_at < $1 + {HOUR_MS} AND stream_id IN ({list}) \
+         ) w GROUP BY stream_id"
+    );
+    let mut q = sqlx::query(&sql).bind(edge_hour).bind(since);
+    for id in ids {
+        q = q.bind(*id);
+    }
+    let rows = q.fetch_all(&db.pool).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let total: i64 = r.get("total");
+            let failing: i64 = r.get("failing");
+            (r.get::<String, _>("stream_id"), pct(total, failing))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pct_rounds_to_two_decimals() {
+        assert_eq!(pct(0, 0), 100.0);
+        assert_eq!(pct(3, 1), 66.67);
+        assert_eq!(pct(3, 3), 0.0);
+        assert_eq!(pct(2880, 1), 99.97);
+    }
+
+    #[test]
+    fn hours_floor() {
+        assert_eq!(hour_of(HOUR_MS + 5), HOUR_MS);
+        assert_eq!(hour_of(HOUR_MS), HOUR_MS);
+    }
+}

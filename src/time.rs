@@ -1,0 +1,39 @@
+//! Wall-clock time as the service stores it (epoch milliseconds) and renders it
+//! (`YYYY-MM-DDTHH:MM:SS.sssZ`, exactly millisecond precision), plus row identifiers.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// Renders epoch milliseconds as the contract's timestamp string.
+pub fn iso_ms(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A new opaque row identifier (cuid2: collision-resistant, not guessable, URL-safe).
+pub fn new_id() -> String {
+    cuid2::create_id()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_exact_milliseconds() {
+        assert_eq!(iso_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn ids_are_distinct_cuids() {
+        let (a, b) = (new_id(), new_id());
+        assert_ne!(a, b);
+        assert!(a.len() >= 20 && a.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+}

@@ -450,6 +450,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

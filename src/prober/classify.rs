@@ -1,0 +1,414 @@
+//! Turns a probe outcome into the probe row's status, anomaly class,
+//! `httpStatus` and `detail` (decisions.md §6), and derives the agent texts:
+//! the snapshot's `lastAction` after a probe and the agent feed's `action`.
+//!
+//! Classification (first matching row wins):
+//!
+//! | outcome | status | anomalyClass | detail |
+//! |---|---|---|---|
+//! | 2xx, manifest invalid | degraded | slow response | `manifest invalid: <why>` |
+//! | 2xx, live playlist stale | degraded | slow response | `media sequence stuck at <n> for <s> s` |
+//! | 2xx, valid, latency > slow-ms | degraded | slow response | `slow response: <ms> ms > <slow> ms` |
+//! | 2xx, valid, latency <= slow-ms | healthy | no anomaly | `probe ok` |
+//! | HTTP 4xx (and 3xx that cannot be followed) | degraded | client error | `HTTP <code>` |
+//! | HTTP 5xx | failing | 5xx server error | `HTTP <code>` |
+//! | DNS, connect, TLS, protocol error | failing | network / timeout | `dns: …`, `connect error: …`, `tls error: …` |
+//! | timeout | failing | network / timeout | `timeout after <n> s` |
+//! | refused by the guard, too many redirects | failing | network / timeout | `refused: <guard message>`, `refused: more than 5 redirects` |
+
+use std::fmt;
+
+use crate::prober::fetch::ProbeOutcome;
+use crate::prober::manifest::ManifestCheck;
+
+/// Probe status stored on the probe row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeStatus {
+    /// 2xx, valid manifest, fast enough.
+    Healthy,
+    /// Answering, but slow, invalid, stale or 4xx.
+    Degraded,
+    /// Not answering usefully: network, timeout, guard refusal, 5xx.
+    Failing,
+}
+
+impl ProbeStatus {
+    /// Wire value: `healthy`, `degraded`, `failing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeStatus::Healthy => "healthy",
+            ProbeStatus::Degraded => "degraded",
+            ProbeStatus::Failing => "failing",
+        }
+    }
+
+    /// Parses a stored wire value.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "healthy" => Some(ProbeStatus::Healthy),
+            "degraded" => Some(ProbeStatus::Degraded),
+            "failing" => Some(ProbeStatus::Failing),
+            _ => None,
+        }
+    }
+
+    /// AgentItem `severity`: `info`, `warn`, `critical`.
+    pub fn severity(self) -> &'static str {
+        match self {
+            ProbeStatus::Healthy => "info",
+            ProbeStatus::Degraded => "warn",
+            ProbeStatus::Failing => "critical",
+        }
+    }
+
+    /// Stream snapshot `status` after a probe with this status:
+    /// `watching`, `degraded`, `failing`.
+    pub fn snapshot_status(self) -> &'static str {
+        match self {
+            ProbeStatus::Healthy => "watching",
+            ProbeStatus::Degraded => "degraded",
+            ProbeStatus::Failing => "failing",
+        }
+    }
+
+    /// Stream snapshot `agentState` after a probe with this status:
+    /// `healthy` after a healthy probe, else `degraded`.
+    pub fn agent_state(self) -> &'static str {
+        match self {
+            ProbeStatus::Healthy => "healthy",
+            ProbeStatus::Degraded | ProbeStatus::Failing => "degraded",
+        }
+    }
+}
+
+impl fmt::Display for ProbeStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// AgentItem `anomalyClass`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnomalyClass {
+    /// `no anomaly` (healthy).
+    NoAnomaly,
+    /// `slow response` (degraded: slow, invalid or stale manifest).
+    SlowResponse,
+    /// `client error` (degraded: HTTP 4xx).
+    ClientError,
+    /// `network / timeout` (failing: DNS, connect, TLS, timeout, guard).
+    NetworkTimeout,
+    /// `5xx server error` (failing: HTTP 5xx).
+    ServerError,
+}
+
+impl AnomalyClass {
+    /// Wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnomalyClass::NoAnomaly => "no anomaly",
+            AnomalyClass::SlowResponse => "slow response",
+            AnomalyClass::ClientError => "client error",
+            AnomalyClass::NetworkTimeout => "network / timeout",
+            AnomalyClass::ServerError => "5xx server error",
+        }
+    }
+
+    /// Parses a stored wire value.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            AnomalyClass::NoAnomaly,
+            AnomalyClass::SlowResponse,
+            AnomalyClass::ClientError,
+            AnomalyClass::NetworkTimeout,
+            AnomalyClass::ServerError,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for AnomalyClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified probe: what the probe row stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    /// Probe status.
+    pub status: ProbeStatus,
+    /// Anomaly class (derivable from status and outcome; stored for the feed).
+    pub anomaly_class: AnomalyClass,
+    /// The HTTP status of the answer that decided the outcome, if any.
+    pub http_status: Option<u16>,
+    /// Human detail, e.g. `HTTP 404`, `timeout after 10 s`.
+    pub detail: String,
+}
+
+/// Classifies one probe per decisions.md §6 (see the module table).
+pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classified {
+    use AnomalyClass as A;
+    use ProbeStatus as S;
+    let (status, anomaly_class, http_status, detail) = match outcome {
+        ProbeOutcome::Ok { http_status, manifest } => {
+            let code = Some(*http_status);
+            match manifest {
+                ManifestCheck::Invalid(why) => (S::Degraded, A::SlowResponse, code, format!("manifest invalid: {why}")),
+                ManifestCheck::Stale(stale) => (S::Degraded, A::SlowResponse, code, stale.to_string()),
+                ManifestCheck::Valid(_) if latency_ms > slow_ms => (
+                    S::Degraded,
+                    A::SlowResponse,
+                    code,
+                    format!("slow response: {latency_ms} ms > {slow_ms} ms"),
+                ),
+                ManifestCheck::Valid(_) => (S::Healthy, A::NoAnomaly, code, "probe ok".to_owned()),
+            }
+        }
+        ProbeOutcome::HttpStatus(code) if *code >= 500 => {
+            (S::Failing, A::ServerError, Some(*code), format!("HTTP {code}"))
+        }
+        ProbeOutcome::HttpStatus(code) => (S::Degraded, A::ClientError, Some(*code), format!("HTTP {code}")),
+        ProbeOutcome::Dns(why) => (S::Failing, A::NetworkTimeout, None, format!("dns: {why}")),
+        ProbeOutcome::Connect(why) => (S::Failing, A::NetworkTimeout, None, format!("connect error: {why}")),
+        ProbeOutcome::Tls(why) => (S::Failing, A::NetworkTimeout, None, format!("tls error: {why}")),
+        ProbeOutcome::Protocol(why) => (S::Failing, A::NetworkTimeout, None, format!("protocol error: {why}")),
+        ProbeOutcome::Timeout(after) => {
+            let after = if after.subsec_millis() == 0 {
+                format!("{} s", after.as_secs())
+            } else {
+                format!("{} ms", after.as_millis())
+            };
+            (S::Failing, A::NetworkTimeout, None, format!("timeout after {after}"))
+        }
+        ProbeOutcome::Refused(why) => (S::Failing, A::NetworkTimeout, None, format!("refused: {why}")),
+        ProbeOutcome::TooManyRedirects(max) => {
+            (S::Failing, A::NetworkTimeout, None, format!("refused: more than {max} redirects"))
+        }
+    };
+    Classified { status, anomaly_class, http_status, detail }
+}
+
+/// Agent feed `action` (AgentItem rules 3 and 4, decisions.md §6).
+/// `recovered_later`: the stream has a healthy probe after this one (only
+/// consulted for failing probes).
+pub fn action_text(status: ProbeStatus, latency_ms: u64, slow_ms: u64, recovered_later: bool) -> &'static str {
+    match status {
+        // latency >= slow_ms / 2, exactly, without integer-division rounding
+        ProbeStatus::Healthy if latency_ms.saturating_mul(2) >= slow_ms => "watching latency — response time rising",
+        ProbeStatus::Healthy => "no action needed — stream healthy",
+        ProbeStatus::Degraded => "raised probe frequency — confirming degradation",
+        ProbeStatus::Failing if recovered_later => "resolved — stream recovered",
+        ProbeStatus::Failing => "investigating",
+    }
+}
+
+/// Agent feed `fix` (AgentItem rules 3 and 4): `investigating` for a failing
+/// probe without a later healthy probe, else the stream's `lastAction`.
+pub fn fix_text(status: ProbeStatus, recovered_later: bool, stream_last_action: &str) -> String {
+    if status == ProbeStatus::Failing && !recovered_later {
+        "investigating".to_owned()
+    } else {
+        stream_last_action.to_owned()
+    }
+}
+
+/// Snapshot `lastAction` after a probe: what the agent did, given the status of
+/// the stream's previous probe (`None` for the first probe after registration).
+///
+/// | previous \ new | healthy | degraded | failing |
+/// |---|---|---|---|
+/// | none, healthy | `probe ok in <ms> ms` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
+/// | degraded | `closed incident after recovery` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
+/// | failing | `closed incident after recovery` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
+///
+/// A stream that keeps failing keeps the text of the incident it is in (the
+/// class of the latest failing probe); a degraded probe always reports the
+/// raised frequency (a not-healthy stream is probed at a quarter interval).
+pub fn last_action(previous: Option<ProbeStatus>, new: &Classified, latency_ms: u64) -> String {
+    match (previous, new.status) {
+        (Some(ProbeStatus::Degraded | ProbeStatus::Failing), ProbeStatus::Healthy) => {
+            "closed incident after recovery".to_owned()
+        }
+        (_, ProbeStatus::Healthy) => format!("probe ok in {latency_ms} ms"),
+        (_, ProbeStatus::Degraded) => "raised probe frequency after degraded probe".to_owned(),
+        (_, ProbeStatus::Failing) => format!("opened incident: {}", new.anomaly_class),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::prober::manifest::{ManifestError, ManifestKind, ManifestSummary, MediaInfo, Staleness};
+    use crate::ssrf::GuardError;
+
+    fn ok(manifest: ManifestCheck) -> ProbeOutcome {
+        ProbeOutcome::Ok { http_status: 200, manifest }
+    }
+
+    fn valid() -> ManifestCheck {
+        ManifestCheck::Valid(ManifestSummary {
+            kind: ManifestKind::HlsMedia,
+            media: Some(MediaInfo { media_sequence: 1, segments: 3, target_duration_s: 6, ended: false }),
+            dash: None,
+        })
+    }
+
+    #[test]
+    fn classification_table() {
+        use AnomalyClass as A;
+        use ProbeStatus as S;
+        let slow = 2000;
+        type Case = (ProbeOutcome, u64, S, A, Option<u16>, &'static str);
+        let cases: Vec<Case> = vec![
+            (ok(valid()), 84, S::Healthy, A::NoAnomaly, Some(200), "probe ok"),
+            (ok(valid()), 2000, S::Healthy, A::NoAnomaly, Some(200), "probe ok"),
+            (ok(valid()), 2001, S::Degraded, A::SlowResponse, Some(200), "slow response: 2001 ms > 2000 ms"),
+            (
+                ok(ManifestCheck::Invalid(ManifestError::NoSegments)),
+                10,
+                S::Degraded,
+                A::SlowResponse,
+                Some(200),
+                "manifest invalid: no segments",
+            ),
+            (
+                ok(ManifestCheck::Invalid(ManifestError::NotAManifest)),
+                5000,
+                S::Degraded,
+                A::SlowResponse,
+                Some(200),
+                "manifest invalid: not an HLS or DASH manifest",
+            ),
+            (
+                ok(ManifestCheck::Stale(Staleness {
+                    media_sequence: 118,
+                    stuck_for: Duration::from_secs(18),
+                    threshold: Duration::from_secs(18),
+                })),
+                10,
+                S::Degraded,
+                A::SlowResponse,
+                Some(200),
+                "media sequence stuck at 118 for 18 s",
+            ),
+            (ProbeOutcome::HttpStatus(404), 10, S::Degraded, A::ClientError, Some(404), "HTTP 404"),
+            (ProbeOutcome::HttpStatus(403), 10, S::Degraded, A::ClientError, Some(403), "HTTP 403"),
+            (ProbeOutcome::HttpStatus(304), 10, S::Degraded, A::ClientError, Some(304), "HTTP 304"),
+            (ProbeOutcome::HttpStatus(500), 10, S::Failing, A::ServerError, Some(500), "HTTP 500"),
+            (ProbeOutcome::HttpStatus(503), 10, S::Failing, A::ServerError, Some(503), "HTTP 503"),
+            (
+                ProbeOutcome::Dns("Hostname did not resolve".into()),
+                10,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "dns: Hostname did not resolve",
+            ),
+            (
+                ProbeOutcome::Connect("Connection refused (os error 111)".into()),
+                1,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "connect error: Connection refused (os error 111)",
+            ),
+            (ProbeOutcome::Tls("bad certificate".into()), 1, S::Failing, A::NetworkTimeout, None, "tls error: bad certificate"),
+            (
+                ProbeOutcome::Timeout(Duration::from_secs(10)),
+                10_000,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "timeout after 10 s",
+            ),
+            (
+                ProbeOutcome::Timeout(Duration::from_millis(300)),
+                300,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "timeout after 300 ms",
+            ),
+            (
+                ProbeOutcome::Refused(GuardError::PrivateAddress("10.0.0.1".parse().unwrap())),
+                1,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "refused: Hostname resolves to a private address (10.0.0.1)",
+            ),
+            (
+                ProbeOutcome::Refused(GuardError::Unparseable),
+                1,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "refused: URL could not be parsed",
+            ),
+            (ProbeOutcome::TooManyRedirects(5), 1, S::Failing, A::NetworkTimeout, None, "refused: more than 5 redirects"),
+        ];
+        for (outcome, latency, status, class, code, detail) in cases {
+            let got = classify(&outcome, latency, slow);
+            assert_eq!(
+                got,
+                Classified { status, anomaly_class: class, http_status: code, detail: detail.to_owned() },
+                "{outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn action_texts() {
+        use ProbeStatus as S;
+        assert_eq!(action_text(S::Healthy, 84, 2000, false), "no action needed — stream healthy");
+        assert_eq!(action_text(S::Healthy, 999, 2000, false), "no action needed — stream healthy");
+        assert_eq!(action_text(S::Healthy, 1000, 2000, false), "watching latency — response time rising");
+        assert_eq!(action_text(S::Healthy, 500, 1001, false), "no action needed — stream healthy");
+        assert_eq!(action_text(S::Healthy, 501, 1001, false), "watching latency — response time rising");
+        assert_eq!(action_text(S::Degraded, 5, 2000, false), "raised probe frequency — confirming degradation");
+        assert_eq!(action_text(S::Degraded, 5, 2000, true), "raised probe frequency — confirming degradation");
+        assert_eq!(action_text(S::Failing, 5, 2000, true), "resolved — stream recovered");
+        assert_eq!(action_text(S::Failing, 5, 2000, false), "investigating");
+        assert_eq!(fix_text(S::Failing, false, "opened incident: 5xx server error"), "investigating");
+        assert_eq!(fix_text(S::Failing, true, "closed incident after recovery"), "closed incident after recovery");
+        assert_eq!(fix_text(S::Healthy, false, "probe ok in 84 ms"), "probe ok in 84 ms");
+    }
+
+    #[test]
+    fn last_action_state_table() {
+        use ProbeStatus as S;
+        let healthy = classify(&ok(valid()), 84, 2000);
+        let degraded = classify(&ProbeOutcome::HttpStatus(404), 84, 2000);
+        let failing_5xx = classify(&ProbeOutcome::HttpStatus(503), 84, 2000);
+        let failing_net = classify(&ProbeOutcome::Timeout(Duration::from_secs(10)), 10_000, 2000);
+        assert_eq!(last_action(None, &healthy, 84), "probe ok in 84 ms");
+        assert_eq!(last_action(Some(S::Healthy), &healthy, 84), "probe ok in 84 ms");
+        assert_eq!(last_action(Some(S::Degraded), &healthy, 84), "closed incident after recovery");
+        assert_eq!(last_action(Some(S::Failing), &healthy, 84), "closed incident after recovery");
+        for prev in [None, Some(S::Healthy), Some(S::Degraded), Some(S::Failing)] {
+            assert_eq!(last_action(prev, &degraded, 84), "raised probe frequency after degraded probe");
+            assert_eq!(last_action(prev, &failing_5xx, 84), "opened incident: 5xx server error");
+            assert_eq!(last_action(prev, &failing_net, 84), "opened incident: network / timeout");
+        }
+    }
+
+    #[test]
+    fn wire_values_round_trip() {
+        for s in [ProbeStatus::Healthy, ProbeStatus::Degraded, ProbeStatus::Failing] {
+            assert_eq!(ProbeStatus::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(ProbeStatus::Healthy.severity(), "info");
+        assert_eq!(ProbeStatus::Degraded.severity(), "warn");
+        assert_eq!(ProbeStatus::Failing.severity(), "critical");
+        assert_eq!(ProbeStatus::Healthy.snapshot_status(), "watching");
+        assert_eq!(ProbeStatus::Failing.snapshot_status(), "failing");
+        assert_eq!(ProbeStatus::Failing.agent_state(), "degraded");
+        assert_eq!(AnomalyClass::parse("5xx server error"), Some(AnomalyClass::ServerError));
+        assert_eq!(AnomalyClass::parse("nope"), None);
+    }
+}

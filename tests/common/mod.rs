@@ -1,0 +1,209 @@
+//! Test harness: `spawn_app` starts the real server on 127.0.0.1:0 against the embedded SQLite
+//! store in a temp dir, or against a fresh PostgreSQL database (TEST_DATABASE_URL's server).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, COOKIE};
+use reqwest::{Method, Response, StatusCode};
+use serde_json::{json, Value};
+use sqlx::Connection;
+use streamwatch::config::{CidrList, Config, DatabaseUrl, RateLimit};
+use streamwatch::http::AppState;
+use streamwatch::startup::Server;
+use tokio::sync::oneshot;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// Admin URL of the PostgreSQL server tests create databases on.
+pub fn pg_admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// Creates an empty PostgreSQL database and returns its URL.
+pub async fn fresh_pg_database() -> String {
+    let admin = pg_admin_url();
+    let name = format!("sw_test_{}", streamwatch::time::new_id());
+    let mut conn = sqlx::PgConnection::connect(&admin).await.expect("connect to TEST_DATABASE_URL");
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create database");
+    let mut url = url::Url::parse(&admin).expect("admin url");
+    url.set_path(&name);
+    url.to_string()
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub state: Arc<AppState>,
+    pub engine: Engine,
+    pub _dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A config for tests: port 0, rate limit off, loopback origins admitted by the guard.
+pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
+    let mut c = Config::defaults(dir);
+    c.listen = "127.0.0.1:0".parse().expect("addr");
+    c.auth_rate_limit = RateLimit::Off;
+    c.allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
+    if engine == Engine::Postgres {
+        c.database_url = Some(DatabaseUrl::Postgres(fresh_pg_database().await));
+    }
+    c
+}
+
+pub async fn spawn_app(engine: Engine) -> TestApp {
+    spawn_with(engine, |_| {}).await
+}
+
+/// Starts a server whose config `tweak` may change.
+pub async fn spawn_with(engine: Engine, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = test_config(engine, dir.path()).await;
+    tweak(&mut config);
+    let server = Server::build(config).await.expect("server builds");
+    let addr = server.local_addr();
+    let state = server.state.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        server
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+    });
+    TestApp {
+        base: format!("http://{addr}"),
+        http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client"),
+        state,
+        engine,
+        _dir: dir,
+        stop: Some(stop),
+        server: Some(handle),
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request with an optional cookie and a raw or JSON body.
+    pub async fn send(&self, method: Method, path: &str, cookie: Option<&str>, body: Option<Body>) -> Response {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(c) = cookie {
+            req = req.header(COOKIE, format!("auth.session_token={c}"));
+        }
+        req = match body {
+            Some(Body::Json(v)) => req.json(&v),
+            Some(Body::Raw(s)) => req.body(s),
+            None => req,
+        };
+        req.send().await.expect("request")
+    }
+
+    pub async fn get(&self, path: &str, cookie: Option<&str>) -> Response {
+        self.send(Method::GET, path, cookie, None).await
+    }
+
+    pub async fn post(&self, path: &str, cookie: Option<&str>, body: Value) -> Response {
+        self.send(Method::POST, path, cookie, Some(Body::Json(body))).await
+    }
+
+    pub async fn patch(&self, path: &str, cookie: Option<&str>, body: Value) -> Response {
+        self.send(Method::PATCH, path, cookie, Some(Body::Json(body))).await
+    }
+
+    pub async fn delete(&self, path: &str, cookie: Option<&str>) -> Response {
+        self.send(Method::DELETE, path, cookie, None).await
+    }
+
+    /// Signs up a fresh user and returns its session cookie value.
+    pub async fn user(&self, email: &str) -> String {
+        let r = self
+            .post("/api/auth/sign-up/email", None, json!({ "name": "Test User", "email": email, "password": "correct-horse-battery" }))
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        session_cookie_of(&r).expect("sign-up sets the cookie")
+    }
+
+    /// Registers a stream and returns its StreamItem.
+    pub async fn stream(&self, cookie: &str, source_url: &str) -> Value {
+        let r = self.post("/api/v1/streams", Some(cookie), json!({ "sourceUrl": source_url })).await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        r.json().await.expect("json")
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(h) = self.server.take() {
+            let _ = h.await;
+        }
+    }
+}
+
+pub enum Body {
+    Json(Value),
+    Raw(String),
+}
+
+/// The `auth.session_token` value a response sets.
+pub fn session_cookie_of(r: &Response) -> Option<String> {
+    set_cookie_header(r.headers())
+        .and_then(|h| h.strip_prefix("auth.session_token=").map(str::to_owned))
+        .and_then(|rest| rest.split(';').next().map(str::to_owned))
+        .filter(|v| !v.is_empty())
+}
+
+pub fn set_cookie_header(h: &HeaderMap) -> Option<String> {
+    h.get_all("set-cookie")
+        .iter()
+        .filter_map(|v: &HeaderValue| v.to_str().ok())
+        .find(|v| v.starts_with("auth.session_token="))
+        .map(str::to_owned)
+}
+
+/// Status and parsed JSON body (Null for an empty body).
+pub async fn parts(r: Response) -> (StatusCode, Value) {
+    let status = r.status();
+    let text = r.text().await.expect("body");
+    let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("json body") };
+    (status, body)
+}
+
+/// True when `s` is a contract timestamp `YYYY-MM-DDTHH:MM:SS.sssZ`.
+pub fn is_iso_ms(s: &Value) -> bool {
+    let Some(s) = s.as_str() else { return false };
+    s.len() == 24
+        && s.ends_with('Z')
+        && chrono::DateTime::parse_from_rfc3339(s).is_ok()
+        && s.as_bytes()[19] == b'.'
+}
+
+/// Declares one test per engine for each listed `async fn(TestApp)`.
+#[macro_export]
+macro_rules! on_both_engines {
+    ($($case:ident),* $(,)?) => {
+        $(
+            mod $case {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$case(super::common::spawn_app(super::common::Engine::Sqlite).await).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$case(super::common::spawn_app(super::common::Engine::Postgres).await).await
+                }
+            }
+        )*
+    };
+}

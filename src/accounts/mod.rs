@@ -317,7 +317,8 @@ mod tests {
         assert!(normalize_email("a.b+tag@sub.example.io").is_some());
         for bad in [
             "", "plain", "@x.io", "a@", "a@b", "a@@b.io", "a b@c.io", "a@b..io", "a@-b.io",
-            "a@b.io\n",
+            "a@b.io\u{7}",
+            "a\u{0}@b.io",
         ] {
             assert!(normalize_email(bad).is_none(), "{bad:?}");
         }

@@ -43,3 +43,24 @@ async fn healthz_answers(app: TestApp) {
 }
 
 on_both_engines!(waitlist_stores_each_address_once, unknown_routes_and_methods_are_json_404s, healthz_answers);
+
+#[tokio::test]
+async fn serves_the_sdk_bundle_at_its_cdn_paths() {
+    let app = common::spawn_app(common::Engine::Sqlite).await;
+    let bundle = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/dist/index.js")).expect("bundle");
+    for (path, cache) in [
+        ("/sdk/@service/player-sdk@0.1.0/dist/index.js", "public, max-age=31536000, immutable"),
+        ("/sdk/@service/player-sdk@latest/dist/index.js", "public, max-age=300"),
+    ] {
+        let r = app.get(path, None).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["content-type"], "text/javascript; charset=utf-8");
+        assert_eq!(r.headers()["cache-control"], cache);
+        assert_eq!(r.headers()["access-control-allow-origin"], "*");
+        assert_eq!(r.text().await.expect("body"), bundle);
+    }
+    let r = app.get("/", None).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.expect("body").contains("/api/waitlist"));
+    assert_eq!(app.get("/sdk/@service/player-sdk@9.9.9/dist/index.js", None).await.status(), StatusCode::NOT_FOUND);
+}

@@ -2,6 +2,7 @@
 //! handlers, one file per resource. Handlers extract, call one domain function, and map.
 
 pub mod agents;
+pub mod assets;
 pub mod auth;
 pub mod error;
 pub mod extract;
@@ -61,6 +62,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/auth/get-session", get(auth::get_session))
         .route("/api/waitlist", post(waitlist::join))
         .route("/healthz", get(healthz))
+        .route("/", get(assets::landing))
+        .route("/demo/player.html", get(assets::demo_player))
+        .route("/sdk/@service/player-sdk@0.1.0/dist/index.js", get(assets::sdk_pinned))
+        .route("/sdk/@service/player-sdk@latest/dist/index.js", get(assets::sdk_latest))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .with_state(state)

@@ -1,4 +1,4 @@
-//! Manifest checks of one probe (HLS with m3u8-rs, DASH with dash-mpd) and the
+//! Manifest checks of one probe (HLS with m3u8-rs, DASH with quick-xml) and the
 //! staleness memory across probes of live HLS playlists.
 //!
 //! * A body starting with `#EXTM3U` is HLS; a body containing `<MPD` is DASH;
@@ -6,8 +6,14 @@
 //! * HLS master playlist: the prober fetches one variant ([`pick_variant`]: the
 //!   lowest-bandwidth non-I-frame variant, first on ties) and checks it as a media
 //!   playlist. A media playlist must parse and have at least one segment.
-//! * DASH: the MPD must parse and have at least one Period with at least one
-//!   AdaptationSet.
+//! * DASH: the MPD must be well-formed XML with root `MPD` and at least one
+//!   Period with at least one AdaptationSet. This is a structural check with
+//!   quick-xml rather than the dash-mpd crate: dash-mpd (even without default
+//!   features) adds ~28 crates (serde_with + darling, a second `syn` major,
+//!   webm/ebml, xattr) and ~90 s of clean build for a verdict the prober only
+//!   needs as "parses and has content"; its typed model is also stricter
+//!   than players on vendor quirks (a bad optional attribute would mark a
+//!   playable stream degraded).
 //! * Staleness ([`StalenessTracker`]): a live media playlist (no
 //!   `#EXT-X-ENDLIST`) whose progress has not moved for 3 × target duration is
 //!   stale. Progress is the pair (media sequence, segment count), so a sliding
@@ -49,7 +55,7 @@ pub enum ManifestError {
     /// The MPD is not UTF-8.
     #[error("MPD is not UTF-8")]
     DashNotUtf8,
-    /// dash-mpd could not parse the MPD.
+    /// The MPD is not well-formed XML or its root is not `MPD`.
     #[error("MPD does not parse: {0}")]
     DashParse(String),
     /// An MPD without a Period.
@@ -225,21 +231,66 @@ fn parse_hls(text: &[u8]) -> Result<Parsed, ManifestError> {
     }
 }
 
+/// Structural MPD check with quick-xml: well-formed XML (end names checked,
+/// no entity expansion), root element `MPD` (any namespace prefix), at least
+/// one `MPD/Period`, at least one `MPD/Period/AdaptationSet`.
 fn parse_dash(text: &[u8]) -> Result<DashInfo, ManifestError> {
+    use quick_xml::events::Event;
     let xml = std::str::from_utf8(text).map_err(|_| ManifestError::DashNotUtf8)?;
-    let mpd = dash_mpd::parse(xml).map_err(|e| ManifestError::DashParse(short(&e.to_string())))?;
-    if mpd.periods.is_empty() {
+    let mut reader = quick_xml::Reader::from_str(xml);
+    reader.config_mut().check_end_names = true;
+    let parse_err = |reader: &quick_xml::Reader<&[u8]>, e: &dyn fmt::Display| {
+        ManifestError::DashParse(short(&format!("{e} at byte {}", reader.error_position())))
+    };
+    // Local names of the open elements, root first.
+    let mut open: Vec<Vec<u8>> = Vec::new();
+    let (mut seen_root, mut periods, mut adaptation_sets, mut dynamic) = (false, 0, 0, false);
+    loop {
+        let event = reader.read_event().map_err(|e| parse_err(&reader, &e))?;
+        let (start, empty) = match &event {
+            Event::Start(e) => (Some(e), false),
+            Event::Empty(e) => (Some(e), true),
+            Event::End(_) => {
+                open.pop();
+                continue;
+            }
+            Event::Eof => break,
+            _ => continue,
+        };
+        let Some(e) = start else { continue };
+        let name = e.local_name().as_ref().to_vec();
+        match open.len() {
+            0 if seen_root => return Err(ManifestError::DashParse("more than one root element".into())),
+            0 if name != b"MPD" => return Err(ManifestError::DashParse("root element is not MPD".into())),
+            0 => {
+                seen_root = true;
+                dynamic = e
+                    .try_get_attribute("type")
+                    .ok()
+                    .flatten()
+                    .is_some_and(|a| a.value.as_ref() == b"dynamic");
+            }
+            1 if name == b"Period" => periods += 1,
+            2 if name == b"AdaptationSet" && open[1] == b"Period" => adaptation_sets += 1,
+            _ => {}
+        }
+        if !empty {
+            open.push(name);
+        }
+    }
+    if !seen_root {
+        return Err(ManifestError::DashParse("no MPD element".into()));
+    }
+    if !open.is_empty() {
+        return Err(ManifestError::DashParse("unexpected end of document".into()));
+    }
+    if periods == 0 {
         return Err(ManifestError::NoPeriods);
     }
-    let adaptation_sets: usize = mpd.periods.iter().map(|p| p.adaptations.len()).sum();
     if adaptation_sets == 0 {
         return Err(ManifestError::NoAdaptationSets);
     }
-    Ok(DashInfo {
-        periods: mpd.periods.len(),
-        adaptation_sets,
-        dynamic: mpd.mpdtype.as_deref() == Some("dynamic"),
-    })
+    Ok(DashInfo { periods, adaptation_sets, dynamic })
 }
 
 /// Parser messages can quote the whole document; keep details one short line.
@@ -260,7 +311,7 @@ fn strip_preamble(body: &[u8]) -> &[u8] {
 }
 
 fn looks_like_mpd(text: &[u8]) -> bool {
-    text.first() == Some(&b'<') && text.windows(4).any(|w| w == b"<MPD")
+    text.first() == Some(&b'<') && text.windows(4).any(|w| w == b"<MPD" || w == b":MPD")
 }
 
 /// A live playlist that has not moved: detail text via `Display`, e.g.

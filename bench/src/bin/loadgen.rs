@@ -1,0 +1,485 @@
+//! Telemetry load generator.
+//!
+//! `loadgen http`: simulated players post realistic batches (50 events, one
+//! session per player, every event type) to `POST {url}/api/v1/telemetry` over N
+//! connections, flat out or at a fixed total rate, for a duration; prints events/s
+//! acknowledged (204), p50/p95/p99 latency and errors.
+//!
+//! `loadgen direct`: generates the same rows and times bulk inserts straight into
+//! a sink (ClickHouse or SQLite) through `ingest`, to compare with `http`.
+//!
+//! Both print one human line block and, with `--json`, one JSON object on the
+//! last line for scripts.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(about = "streamwatch telemetry load generator")]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Post batches to the service's ingest route.
+    Http(HttpArgs),
+    /// Insert the same rows directly through a sink (no HTTP, no writer).
+    Direct(DirectArgs),
+}
+
+#[derive(Parser, Debug)]
+struct HttpArgs {
+    /// Service base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// API key (sent as bearer and as body apiKey).
+    #[arg(long, env = "LOADGEN_API_KEY")]
+    key: String,
+    /// Concurrent connections (one simulated player each at a time).
+    #[arg(long, default_value_t = 256)]
+    connections: usize,
+    /// Test duration in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Fixed total rate in events/s (open loop; latency measured from the
+    /// scheduled send time). Flat out when absent.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Events per batch.
+    #[arg(long, default_value_t = 50)]
+    batch: usize,
+    /// Batches per player session before it ends and a new session starts.
+    #[arg(long, default_value_t = 20)]
+    batches_per_session: usize,
+    /// Print a JSON summary line at the end.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SinkKind {
+    Clickhouse,
+    Sqlite,
+}
+
+#[derive(Parser, Debug)]
+struct DirectArgs {
+    /// Which sink to insert into.
+    #[arg(long, value_enum, default_value = "clickhouse")]
+    sink: SinkKind,
+    /// ClickHouse HTTP endpoint.
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    clickhouse_url: String,
+    /// ClickHouse database (created when missing; dropped at the end unless --keep).
+    #[arg(long, default_value = "loadgen_direct")]
+    database: String,
+    /// Directory for the SQLite file (a temp dir when absent).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Total rows to insert.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: usize,
+    /// Rows per insert.
+    #[arg(long, default_value_t = 10_000)]
+    batch_rows: usize,
+    /// Inserts in flight at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Keep the database afterwards.
+    #[arg(long)]
+    keep: bool,
+    /// Print a JSON summary line at the end.
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().mode {
+        Mode::Http(a) => http(a).await,
+        Mode::Direct(a) => direct(a).await,
+    }
+}
+
+// ---------------------------------------------------------------- batches
+
+/// Event mix per 50-event batch of a playing session, roughly what an ABR player
+/// emits: frequent quality switches and stalls, some pauses, rare errors.
+/// `playback_start` opens a session and `session_end` closes it.
+const MIX: &[(&str, u32)] = &[
+    ("quality_change", 30),
+    ("rebuffer_start", 14),
+    ("rebuffer_end", 14),
+    ("playback_pause", 18),
+    ("playback_resume", 18),
+    ("error", 6),
+];
+
+/// A small, fast PRNG (xorshift64*); the load generator must not be the bottleneck.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// One simulated player: a session id and a clock that only moves forward, so
+/// every event has a distinct (sessionId, ts, type).
+struct Player {
+    rng: Rng,
+    session: String,
+    batch_no: usize,
+    batches_per_session: usize,
+    ts_ms: i64,
+    position_ms: u64,
+    worker: usize,
+    sessions_started: u64,
+}
+
+impl Player {
+    fn new(worker: usize, seed: u64, batches_per_session: usize) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut p = Self {
+            rng: Rng(seed | 1),
+            session: String::new(),
+            batch_no: 0,
+            batches_per_session: batches_per_session.max(1),
+            ts_ms: now,
+            position_ms: 0,
+            worker,
+            sessions_started: 0,
+        };
+        p.new_session();
+        p
+    }
+
+    fn new_session(&mut self) {
+        self.sessions_started += 1;
+        let r = self.rng.next();
+        self.session = format!("lg-{}-{:x}-{:x}", self.worker, self.sessions_started, r);
+        self.batch_no = 0;
+        self.position_ms = 0;
+    }
+
+    /// Writes the next batch's JSON body into `out`.
+    fn next_body(&mut self, api_key: &str, events: usize, out: &mut String) {
+        out.clear();
+        let _ = write!(out, r#"{{"apiKey":"{api_key}","sessionId":"{}","events":["#, self.session);
+        let last_batch = self.batch_no + 1 == self.batches_per_session;
+        let total: u32 = MIX.iter().map(|m| m.1).sum();
+        for i in 0..events {
+            let t = if self.batch_no == 0 && i == 0 {
+                "playback_start"
+            } else if last_batch && i + 1 == events {
+                "session_end"
+            } else {
+                let mut pick = self.rng.below(u64::from(total)) as u32;
+                let mut chosen = MIX[0].0;
+                for (name, w) in MIX {
+                    if pick < *w {
+                        chosen = name;
+                        break;
+                    }
+                    pick -= w;
+                }
+                chosen
+            };
+            self.ts_ms += 1 + self.rng.below(400) as i64;
+            self.position_ms += 200 + self.rng.below(400);
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, r#"{{"type":"{t}","ts":"{}","payload":"#, ingest::time::format_ms(self.ts_ms));
+            let pos = self.position_ms;
+            let buf = self.rng.below(30_000);
+            match t {
+                "playback_start" => {
+                    let _ = write!(out, r#"{{"positionMs":0,"durationMs":5400000,"contentId":"content-{}"}}"#, self.rng.below(500));
+                }
+                "quality_change" => {
+                    const R: [(&str, u32); 4] =
+                        [("360p", 800_000), ("480p", 1_400_000), ("720p", 2_800_000), ("1080p", 5_000_000)];
+                    let a = self.rng.below(4) as usize;
+                    let b = (a + 1 + self.rng.below(3) as usize) % 4;
+                    let _ = write!(out, r#"{{"from":"{}","to":"{}","bitrate":{}}}"#, R[a].0, R[b].0, R[b].1);
+                }
+                "error" => {
+                    let _ = write!(out, r#"{{"code":"MEDIA_ERR_NETWORK","message":"segment {} failed to load","fatal":false}}"#, pos / 6000);
+                }
+                "session_end" => {
+                    let _ = write!(out, r#"{{"reason":"ended","durationMs":{pos}}}"#);
+                }
+                _ => {
+                    let _ = write!(out, r#"{{"positionMs":{pos},"bufferedMs":{buf}}}"#);
+                }
+            }
+            out.push('}');
+        }
+        out.push_str("]}");
+        self.batch_no += 1;
+        if last_batch {
+            self.new_session();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- http mode
+
+#[derive(Default)]
+struct Stats {
+    ok_batches: u64,
+    latencies_us: Vec<u32>,
+    errors: std::collections::BTreeMap<String, u64>,
+}
+
+async fn http(a: HttpArgs) -> Result<()> {
+    if a.connections == 0 || a.batch == 0 {
+        bail!("--connections and --batch must be positive");
+    }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(a.connections)
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .context("http client")?;
+    let url = format!("{}/api/v1/telemetry", a.url.trim_end_matches('/'));
+    let auth = format!("Bearer {}", a.key);
+    let duration = Duration::from_secs_f64(a.duration);
+    // Per-connection interval between sends in fixed-rate mode.
+    let period = a.rate.map(|r| {
+        let batches_per_s = r / a.batch as f64;
+        Duration::from_secs_f64(a.connections as f64 / batches_per_s.max(1e-9))
+    });
+    let start = Instant::now();
+    let deadline = start + duration;
+    let conns = a.connections;
+    let mut tasks = Vec::with_capacity(conns);
+    for w in 0..conns {
+        let client = client.clone();
+        let url = url.clone();
+        let auth = auth.clone();
+        let key = a.key.clone();
+        let (batch, bps) = (a.batch, a.batches_per_session);
+        tasks.push(tokio::spawn(async move {
+            let mut player = Player::new(w, 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1) * 0x1000_0001, bps);
+            let mut stats = Stats::default();
+            let mut body = String::with_capacity(batch * 160);
+            // Spread the fixed-rate schedule of the connections over one period.
+            let mut next = period.map(|p| start + p.mul_f64(w as f64 / conns as f64));
+            loop {
+                let scheduled = match (period, next) {
+                    (Some(p), Some(t)) => {
+                        if t >= deadline {
+                            break;
+                        }
+                        tokio::time::sleep_until(t.into()).await;
+                        next = Some(t + p);
+                        t
+                    }
+                    _ => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        now
+                    }
+                };
+                player.next_body(&key, batch, &mut body);
+                let res = client
+                    .post(&url)
+                    .header("authorization", &auth)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                let us = scheduled.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                match res {
+                    Ok(r) if r.status().as_u16() == 204 => {
+                        stats.ok_batches += 1;
+                        stats.latencies_us.push(us);
+                    }
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let text = r.text().await.unwrap_or_default();
+                        *stats.errors.entry(format!("{status} {}", text.chars().take(120).collect::<String>())).or_default() += 1;
+                    }
+                    Err(e) => {
+                        *stats.errors.entry(format!("transport: {e}")).or_default() += 1;
+                    }
+                }
+            }
+            stats
+        }));
+    }
+    let mut all = Stats::default();
+    for t in tasks {
+        let s = t.await.context("worker panicked")?;
+        all.ok_batches += s.ok_batches;
+        all.latencies_us.extend(s.latencies_us);
+        for (k, v) in s.errors {
+            *all.errors.entry(k).or_default() += v;
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.latencies_us.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if all.latencies_us.is_empty() {
+            return 0.0;
+        }
+        let i = ((all.latencies_us.len() as f64 - 1.0) * p).round() as usize;
+        f64::from(all.latencies_us[i]) / 1000.0
+    };
+    let events = all.ok_batches * a.batch as u64;
+    let eps = events as f64 / elapsed;
+    let errors: u64 = all.errors.values().sum();
+    println!(
+        "mode=http connections={} batch={} rate={} duration={:.1}s",
+        a.connections,
+        a.batch,
+        a.rate.map_or("max".to_owned(), |r| format!("{r:.0}")),
+        elapsed
+    );
+    println!("acknowledged: {} batches, {} events, {:.0} events/s", all.ok_batches, events, eps);
+    println!(
+        "latency ms: p50 {:.2}  p95 {:.2}  p99 {:.2}  max {:.2}",
+        pct(0.50),
+        pct(0.95),
+        pct(0.99),
+        pct(1.0)
+    );
+    println!("errors: {errors}");
+    for (k, v) in &all.errors {
+        println!("  {v} × {k}");
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "mode": "http", "connections": a.connections, "batch": a.batch,
+                "rate": a.rate, "seconds": elapsed, "batches": all.ok_batches,
+                "events": events, "events_per_s": eps, "errors": errors,
+                "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0)
+            })
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- direct mode
+
+/// Generates `n` rows with the same generator and validator as the HTTP mode.
+fn generate_rows(n: usize, batch: usize) -> Result<Vec<ingest::EventRow>> {
+    let mut rows = Vec::with_capacity(n);
+    let players = 256;
+    let mut ps: Vec<Player> = (0..players).map(|w| Player::new(w, 0xabcdef ^ (w as u64 + 7) * 31, 20)).collect();
+    let mut body = String::new();
+    let mut i = 0;
+    while rows.len() < n {
+        let p = &mut ps[i % players];
+        i += 1;
+        p.next_body("svc_loadgen", batch, &mut body);
+        let mut bytes = body.clone().into_bytes();
+        let parsed = ingest::parse_batch(&mut bytes).map_err(|e| anyhow::anyhow!("generator produced an invalid batch: {e}"))?;
+        rows.extend(parsed.into_rows("loadgen-owner"));
+    }
+    rows.truncate(n);
+    Ok(rows)
+}
+
+async fn direct(a: DirectArgs) -> Result<()> {
+    if a.batch_rows == 0 || a.concurrency == 0 {
+        bail!("--batch-rows and --concurrency must be positive");
+    }
+    let t_gen = Instant::now();
+    let rows = Arc::new(generate_rows(a.rows, 50)?);
+    let gen_s = t_gen.elapsed().as_secs_f64();
+    let mut _tmp = None;
+    let (sink, name): (Arc<dyn ingest::EventSink>, &str) = match a.sink {
+        SinkKind::Clickhouse => {
+            let config = ingest::ClickHouseConfig::new(&a.clickhouse_url, &a.database);
+            let sink = ingest::ClickHouseSink::connect(&config).await.context("clickhouse")?;
+            (Arc::new(sink), "clickhouse")
+        }
+        SinkKind::Sqlite => {
+            let dir = match &a.data_dir {
+                Some(d) => d.clone(),
+                None => {
+                    let d = std::env::temp_dir().join(format!("loadgen-sqlite-{}", std::process::id()));
+                    _tmp = Some(d.clone());
+                    d
+                }
+            };
+            (Arc::new(ingest::SqliteSink::open_in_dir(&dir).await.context("sqlite")?), "sqlite")
+        }
+    };
+    let start = Instant::now();
+    let chunks: Vec<(usize, usize)> = (0..rows.len())
+        .step_by(a.batch_rows)
+        .map(|s| (s, (s + a.batch_rows).min(rows.len())))
+        .collect();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..a.concurrency {
+        let (sink, rows, next, chunks) = (sink.clone(), rows.clone(), next.clone(), chunks.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(&(s, e)) = chunks.get(i) else { return Ok::<(), ingest::SinkError>(()) };
+                sink.write(&rows[s..e]).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.context("writer task")?.context("insert failed")?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let rps = rows.len() as f64 / secs;
+    println!(
+        "mode=direct sink={name} rows={} batch_rows={} concurrency={} generate={gen_s:.2}s",
+        rows.len(),
+        a.batch_rows,
+        a.concurrency
+    );
+    println!("inserted {} rows in {secs:.3}s: {rps:.0} rows/s", rows.len());
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "mode": "direct", "sink": name, "rows": rows.len(), "batch_rows": a.batch_rows,
+                "concurrency": a.concurrency, "seconds": secs, "rows_per_s": rps
+            })
+        );
+    }
+    if !a.keep {
+        if let SinkKind::Clickhouse = a.sink {
+            let client = reqwest::Client::new();
+            let _ = client
+                .post(format!("{}/", a.clickhouse_url.trim_end_matches('/')))
+                .body(format!("DROP DATABASE IF EXISTS {}", a.database))
+                .send()
+                .await;
+        }
+        if let Some(d) = _tmp {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,49 @@
+#!/bin/sh
+# Installs (if missing), configures and starts Debian's ClickHouse server for the
+# ingest tests, then waits until it answers /ping. Idempotent: safe to run twice.
+# See shared/notes/clickhouse.md for why each step is here.
+set -eu
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+if ! command -v clickhouse-server >/dev/null 2>&1; then
+    $SUDO apt-get update
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y clickhouse-server clickhouse-client
+fi
+
+# Listen on loopback only (the stock config leaves every listen_host commented out).
+$SUDO mkdir -p /etc/clickhouse-server/config.d /etc/clickhouse-server/users.d
+$SUDO sh -c 'cat > /etc/clickhouse-server/config.d/listen.xml' <<'XML'
+<yandex>
+    <listen_host>127.0.0.1</listen_host>
+</yandex>
+XML
+# LowCardinality is experimental on 18.16; enable it server-side so no client has to
+# send a setting that modern ClickHouse rejects. (The telemetry DDL does not need it.)
+$SUDO sh -c 'cat > /etc/clickhouse-server/users.d/lowcard.xml' <<'XML'
+<yandex>
+    <profiles>
+        <default>
+            <allow_experimental_low_cardinality_type>1</allow_experimental_low_cardinality_type>
+        </default>
+    </profiles>
+</yandex>
+XML
+
+if curl -sf http://127.0.0.1:8123/ping >/dev/null 2>&1; then
+    echo "clickhouse already running"
+    exit 0
+fi
+
+$SUDO su clickhouse -s /bin/sh -c 'clickhouse-server --config-file=/etc/clickhouse-server/config.xml --pid-file=/var/lib/clickhouse/clickhouse-server.pid --daemon'
+
+for i in $(seq 1 60); do
+    if curl -sf http://127.0.0.1:8123/ping >/dev/null 2>&1; then
+        echo "clickhouse ready"
+        exit 0
+    fi
+    sleep 0.5
+done
+echo "clickhouse did not answer /ping within 30 s" >&2
+exit 1

@@ -1,0 +1,138 @@
+//! The storage interface for telemetry rows, its error type and read models.
+//! Implementations: [`clickhouse::ClickHouseSink`] and [`sqlite::SqliteSink`]; both
+//! pass the same conformance suite (`ingest/tests/conformance.rs`).
+
+pub mod clickhouse;
+pub mod sqlite;
+
+use async_trait::async_trait;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::row::EventRow;
+use crate::time::serialize_ms;
+use crate::wire::EventType;
+
+pub use self::clickhouse::{ClickHouseConfig, ClickHouseSink};
+pub use self::sqlite::SqliteSink;
+
+/// A storage failure. Whether retrying can help is a variant, not a string.
+///
+/// Cloneable so one failed write can be reported to every request it carried.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SinkError {
+    /// Transient (network, timeout, overload, lock contention, shut-down writer):
+    /// the same rows may succeed later. Telemetry writes are idempotent.
+    #[error("retryable storage error: {0}")]
+    Retryable(String),
+    /// Will fail again as is (schema, bad configuration, corrupt data).
+    #[error("permanent storage error: {0}")]
+    Permanent(String),
+}
+
+impl SinkError {
+    /// True for [`SinkError::Retryable`].
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SinkError::Retryable(_))
+    }
+}
+
+/// Per-type event counts of one session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TypeCounts(pub [u64; 8]);
+
+impl TypeCounts {
+    /// Count for one type.
+    pub fn get(&self, t: EventType) -> u64 {
+        self.0[t.index()]
+    }
+
+    /// Sum over all types.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+impl Serialize for TypeCounts {
+    /// `{"playback_start": n, …}` with all eight types, zeros included.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("TypeCounts", 8)?;
+        for t in EventType::ALL {
+            st.serialize_field(t.as_str(), &self.get(t))?;
+        }
+        st.end()
+    }
+}
+
+/// Summary of one session, as listed by `GET /api/v1/telemetry/sessions`.
+///
+/// Serializes with the contract's camelCase names and ISO 8601 timestamps.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    /// `sessionId`.
+    pub session_id: String,
+    /// `contentId` of the session's earliest `playback_start`, if any.
+    pub content_id: Option<String>,
+    /// Earliest event time (epoch ms).
+    #[serde(serialize_with = "serialize_ms")]
+    pub first_event_at: i64,
+    /// Latest event time (epoch ms).
+    #[serde(serialize_with = "serialize_ms")]
+    pub last_event_at: i64,
+    /// Number of distinct (deduplicated) events.
+    pub event_count: u64,
+    /// Deduplicated event counts per type.
+    pub counts: TypeCounts,
+}
+
+/// One stored event as read back: serializes as `{"type", "ts", "payload"}` with
+/// the payload as its JSON object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Event type.
+    pub event_type: EventType,
+    /// Event time (epoch ms).
+    pub ts_ms: i64,
+    /// Payload as compact JSON text.
+    pub payload: String,
+}
+
+impl Serialize for StoredEvent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw = serde_json::value::RawValue::from_string(self.payload.clone())
+            .map_err(serde::ser::Error::custom)?;
+        let mut st = s.serialize_struct("StoredEvent", 3)?;
+        st.serialize_field("type", self.event_type.as_str())?;
+        st.serialize_field("ts", &crate::time::format_ms(self.ts_ms))?;
+        st.serialize_field("payload", &raw)?;
+        st.end()
+    }
+}
+
+/// Telemetry storage. Used as `Arc<dyn EventSink>`.
+///
+/// Semantics every implementation guarantees (checked by the conformance suite):
+/// - rows are deduplicated on `(owner, session_id, ts_ms, event_type)`; the
+///   **first** stored row of a key wins, so a repeated batch is a no-op;
+/// - reads only ever see the caller's own rows.
+#[async_trait]
+pub trait EventSink: Send + Sync + 'static {
+    /// Stores `rows`. When this returns `Ok`, the rows are durable (committed /
+    /// acknowledged by the server). An `Err` means nothing may be assumed stored.
+    async fn write(&self, rows: &[EventRow]) -> Result<(), SinkError>;
+
+    /// The owner's most recent sessions (by last event time, newest first), at
+    /// most `limit`.
+    async fn sessions(&self, owner: &str, limit: u32) -> Result<Vec<SessionSummary>, SinkError>;
+
+    /// The deduplicated events of one of the owner's sessions, `ts` ascending
+    /// (ties by type). Empty when the session does not exist for this owner.
+    async fn session_events(
+        &self,
+        owner: &str,
+        session_id: &str,
+    ) -> Result<Vec<StoredEvent>, SinkError>;
+
+    /// Short engine name for logs and metrics (`clickhouse`, `sqlite`).
+    fn name(&self) -> &'static str;
+}

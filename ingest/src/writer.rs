@@ -1,0 +1,473 @@
+//! Group-commit batch writer: requests submit their rows and await an ack; one
+//! task writes at once when idle and gathers everything that queued while a write
+//! was in flight into the next large insert. No timer, no fixed delay.
+//!
+//! Guarantees:
+//! - a submitter gets `Ok` only after the write carrying its rows returned `Ok`
+//!   from the sink (durable), and gets that write's error otherwise;
+//! - a write carries whole submissions only, at most `max_rows_per_write` rows
+//!   (one submission larger than that is written alone);
+//! - [`BatchWriter::shutdown`] stops accepting, then finishes every queued and
+//!   in-flight write before returning.
+
+use std::sync::Arc;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::row::EventRow;
+use crate::sink::{EventSink, SinkError};
+
+/// Tuning of the [`BatchWriter`].
+#[derive(Debug, Clone, Copy)]
+pub struct WriterConfig {
+    /// Upper bound of rows in one sink write (default 100,000).
+    pub max_rows_per_write: usize,
+    /// Writes allowed in flight at once (default 1). With 1, everything that
+    /// arrives during a write goes into the next one: the largest inserts.
+    pub max_in_flight: usize,
+    /// Submissions that may wait in the queue before `submit` applies
+    /// backpressure (default 16,384).
+    pub queue_capacity: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        Self {
+            max_rows_per_write: 100_000,
+            max_in_flight: 1,
+            queue_capacity: 16_384,
+        }
+    }
+}
+
+/// One request's rows and the channel its outcome is reported on.
+struct Job {
+    rows: Vec<EventRow>,
+    ack: oneshot::Sender<Result<(), SinkError>>,
+}
+
+/// Cloneable submission side of the writer, held by request handlers.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for WriterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterHandle").finish_non_exhaustive()
+    }
+}
+
+/// Error returned when the writer no longer accepts rows.
+fn closed() -> SinkError {
+    SinkError::Retryable("batch writer is shut down".to_owned())
+}
+
+impl WriterHandle {
+    /// Queues `rows` and waits until they are durably stored (`Ok`) or the write
+    /// that carried them failed (`Err`). An empty `rows` returns `Ok` at once.
+    pub async fn submit(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Job { rows, ack })
+            .await
+            .map_err(|_| closed())?;
+        // A dropped ack sender means the writer task died before answering.
+        done.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+/// The writer task and its shutdown control.
+pub struct BatchWriter {
+    handle: WriterHandle,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for BatchWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchWriter").finish_non_exhaustive()
+    }
+}
+
+impl BatchWriter {
+    /// Spawns the writer task on the current tokio runtime.
+    pub fn spawn(sink: Arc<dyn EventSink>, config: WriterConfig) -> Self {
+        let config = WriterConfig {
+            max_rows_per_write: config.max_rows_per_write.max(1),
+            max_in_flight: config.max_in_flight.max(1),
+            queue_capacity: config.queue_capacity.max(1),
+        };
+        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let task = tokio::spawn(run(sink, config, rx, shutdown_rx));
+        Self {
+            handle: WriterHandle { tx },
+            shutdown: Some(shutdown_tx),
+            task,
+        }
+    }
+
+    /// A handle for submitting rows.
+    pub fn handle(&self) -> WriterHandle {
+        self.handle.clone()
+    }
+
+    /// Stops accepting new submissions, finishes every queued and in-flight
+    /// write (acknowledging each submitter), then returns.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Err(e) = (&mut self.task).await {
+            tracing::error!(error = %e, "batch writer task failed");
+        }
+    }
+}
+
+/// Outcome of one sink write, with the submitters it answers.
+type Done = (
+    Vec<oneshot::Sender<Result<(), SinkError>>>,
+    Result<(), SinkError>,
+    usize,
+);
+
+async fn run(
+    sink: Arc<dyn EventSink>,
+    config: WriterConfig,
+    mut rx: mpsc::Receiver<Job>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    // A job taken from the queue that did not fit into the previous write.
+    let mut carry: Option<Job> = None;
+    let mut open = true;
+    let mut shutting_down = false;
+
+    loop {
+        // Start a write whenever a slot is free and rows are waiting.
+        if in_flight.len() < config.max_in_flight {
+            if let Some(batch) = gather(&mut rx, &mut carry, config.max_rows_per_write) {
+                let sink = sink.clone();
+                in_flight.push(async move {
+                    let (rows, acks) = batch;
+                    let n = rows.len();
+                    let result = sink.write(&rows).await;
+                    (acks, result, n)
+                });
+                continue;
+            }
+        }
+        if !open && carry.is_none() && in_flight.is_empty() {
+            break;
+        }
+        tokio::select! {
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => answer(done),
+            job = rx.recv(), if open && carry.is_none() && in_flight.len() < config.max_in_flight => {
+                match job {
+                    Some(job) => carry = Some(job),
+                    None => open = false,
+                }
+            }
+            _ = &mut shutdown, if !shutting_down => {
+                shutting_down = true;
+                // Refuse new submissions; those already queued are still drained.
+                rx.close();
+            }
+            else => break,
+        }
+    }
+    tracing::debug!("batch writer stopped");
+}
+
+/// Takes queued jobs (the carried one first) up to `max_rows`, without waiting.
+fn gather(
+    rx: &mut mpsc::Receiver<Job>,
+    carry: &mut Option<Job>,
+    max_rows: usize,
+) -> Option<(Vec<EventRow>, Vec<oneshot::Sender<Result<(), SinkError>>>)> {
+    let first = match carry.take() {
+        Some(job) => job,
+        None => rx.try_recv().ok()?,
+    };
+    let mut rows = first.rows;
+    let mut acks = vec![first.ack];
+    while rows.len() < max_rows {
+        let Ok(job) = rx.try_recv() else { break };
+        if rows.len() + job.rows.len() > max_rows {
+            *carry = Some(job);
+            break;
+        }
+        rows.extend(job.rows);
+        acks.push(job.ack);
+    }
+    Some((rows, acks))
+}
+
+fn answer((acks, result, rows): Done) {
+    if let Err(e) = &result {
+        tracing::warn!(error = %e, rows, submitters = acks.len(), "telemetry write failed");
+    }
+    for ack in acks {
+        // The submitter may have gone away (client disconnected); nothing to do.
+        let _ = ack.send(result.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use tokio::sync::Notify;
+
+    use crate::sink::{SessionSummary, StoredEvent};
+    use crate::wire::EventType;
+
+    /// Records every write; the first write blocks until released, so tests can
+    /// queue submissions behind it. Writes containing a row with ts 666 fail.
+    #[derive(Default)]
+    struct MockSink {
+        writes: Mutex<Vec<Vec<i64>>>,
+        gate: Notify,
+        gated: std::sync::atomic::AtomicBool,
+        in_flight: AtomicUsize,
+        max_in_flight: AtomicUsize,
+        delay_ms: u64,
+    }
+
+    #[async_trait]
+    impl EventSink for MockSink {
+        async fn write(&self, rows: &[EventRow]) -> Result<(), SinkError> {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            if self.gated.swap(false, Ordering::SeqCst) {
+                self.gate.notified().await;
+            }
+            if self.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            if rows.iter().any(|r| r.ts_ms == 666) {
+                return Err(SinkError::Retryable("boom".into()));
+            }
+            self.writes.lock().expect("lock").push(rows.iter().map(|r| r.ts_ms).collect());
+            Ok(())
+        }
+        async fn sessions(&self, _: &str, _: u32) -> Result<Vec<SessionSummary>, SinkError> {
+            Ok(vec![])
+        }
+        async fn session_events(&self, _: &str, _: &str) -> Result<Vec<StoredEvent>, SinkError> {
+            Ok(vec![])
+        }
+        fn name(&self) -> &'static str {
+            "mock"
+        }
+    }
+
+    fn rows(ts: &[i64]) -> Vec<EventRow> {
+        ts.iter()
+            .map(|&t| EventRow {
+                owner: "o".into(),
+                session_id: "s".into(),
+                ts_ms: t,
+                event_type: EventType::PlaybackPause,
+                payload: "{}".into(),
+                content_id: String::new(),
+            })
+            .collect()
+    }
+
+    fn gated_sink() -> Arc<MockSink> {
+        let sink = Arc::new(MockSink::default());
+        sink.gated.store(true, Ordering::SeqCst);
+        sink
+    }
+
+    /// Waits until `n` writes have started (counted by the in-flight gauge peak
+    /// or completed writes).
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    #[tokio::test]
+    async fn writes_at_once_when_idle() {
+        let sink = Arc::new(MockSink::default());
+        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
+        let start = std::time::Instant::now();
+        writer.handle().submit(rows(&[1, 2])).await.expect("ok");
+        assert!(start.elapsed() < Duration::from_millis(50), "no fixed delay");
+        assert_eq!(*sink.writes.lock().expect("lock"), vec![vec![1, 2]]);
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn gathers_concurrent_submitters_into_one_write() {
+        let sink = gated_sink();
+        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
+        let h = writer.handle();
+        // First submission starts a write that blocks on the gate.
+        let first = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[0])).await }
+        });
+        settle().await;
+        // These queue while the first write is in flight.
+        let mut waiting = Vec::new();
+        for i in 1..=10 {
+            let h = h.clone();
+            waiting.push(tokio::spawn(async move { h.submit(rows(&[i * 10, i * 10 + 1])).await }));
+        }
+        settle().await;
+        assert!(sink.writes.lock().expect("lock").is_empty(), "nothing acknowledged yet");
+        sink.gate.notify_one();
+        first.await.expect("join").expect("first ok");
+        for w in waiting {
+            w.await.expect("join").expect("ok");
+        }
+        let writes = sink.writes.lock().expect("lock").clone();
+        assert_eq!(writes.len(), 2, "{writes:?}");
+        assert_eq!(writes[0], vec![0]);
+        assert_eq!(writes[1].len(), 20, "all ten gathered into the second write");
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn failure_reaches_exactly_the_submitters_of_that_write() {
+        let sink = gated_sink();
+        let writer = BatchWriter::spawn(
+            sink.clone(),
+            WriterConfig { max_rows_per_write: 4, ..WriterConfig::default() },
+        );
+        let h = writer.handle();
+        let first = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[1])).await }
+        });
+        settle().await;
+        // Queued in order: [2,3] + [666,4] fill write 2 (4 rows, fails);
+        // [5,6] goes into write 3 (succeeds).
+        let mut handles = Vec::new();
+        for ts in [vec![2, 3], vec![666, 4], vec![5, 6]] {
+            let h = h.clone();
+            handles.push(tokio::spawn(async move { h.submit(rows(&ts)).await }));
+            settle().await;
+        }
+        sink.gate.notify_one();
+        assert!(first.await.expect("join").is_ok());
+        let results: Vec<_> = futures_util::future::join_all(handles)
+            .await
+            .into_iter()
+            .map(|r| r.expect("join"))
+            .collect();
+        assert!(results[0].as_ref().is_err_and(|e| e.is_retryable()), "{results:?}");
+        assert!(results[1].is_err(), "{results:?}");
+        assert!(results[2].is_ok(), "{results:?}");
+        let writes = sink.writes.lock().expect("lock").clone();
+        assert_eq!(writes, vec![vec![1], vec![5, 6]], "failed rows not recorded as stored");
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn caps_rows_per_write_without_splitting_submissions() {
+        let sink = gated_sink();
+        let writer = BatchWriter::spawn(
+            sink.clone(),
+            WriterConfig { max_rows_per_write: 5, ..WriterConfig::default() },
+        );
+        let h = writer.handle();
+        let first = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[0])).await }
+        });
+        settle().await;
+        let mut hs = Vec::new();
+        for i in 0..6 {
+            let h = h.clone();
+            hs.push(tokio::spawn(async move { h.submit(rows(&[i, i, i])).await }));
+        }
+        // A submission larger than the cap is written alone.
+        let big = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[9; 7])).await }
+        });
+        settle().await;
+        sink.gate.notify_one();
+        first.await.expect("join").expect("ok");
+        for x in hs {
+            x.await.expect("join").expect("ok");
+        }
+        big.await.expect("join").expect("ok");
+        let writes = sink.writes.lock().expect("lock").clone();
+        assert!(writes.iter().skip(1).all(|w| w.len() % 3 == 0 || w.len() == 7), "{writes:?}");
+        assert!(writes.iter().all(|w| w.len() <= 5 || w.len() == 7), "{writes:?}");
+        assert_eq!(writes.iter().map(Vec::len).sum::<usize>(), 1 + 18 + 7);
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn shutdown_finishes_queued_and_in_flight_writes() {
+        let sink = gated_sink();
+        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
+        let h = writer.handle();
+        let mut pending = Vec::new();
+        for i in 0..5 {
+            let h = h.clone();
+            pending.push(tokio::spawn(async move { h.submit(rows(&[i])).await }));
+            settle().await;
+        }
+        let shutdown = tokio::spawn(writer.shutdown());
+        settle().await;
+        assert!(!shutdown.is_finished(), "waits for the in-flight write");
+        // New submissions are refused once shutdown began.
+        let late = h.submit(rows(&[100])).await;
+        assert!(late.is_err_and(|e| e.is_retryable()));
+        sink.gate.notify_one();
+        shutdown.await.expect("join");
+        for p in pending {
+            p.await.expect("join").expect("acknowledged");
+        }
+        let stored: usize = sink.writes.lock().expect("lock").iter().map(Vec::len).sum();
+        assert_eq!(stored, 5);
+    }
+
+    #[tokio::test]
+    async fn several_writes_in_flight_when_configured() {
+        let sink = Arc::new(MockSink { delay_ms: 200, ..MockSink::default() });
+        let writer = BatchWriter::spawn(
+            sink.clone(),
+            WriterConfig { max_in_flight: 3, ..WriterConfig::default() },
+        );
+        let mut hs = Vec::new();
+        for i in 0..6 {
+            let h = writer.handle();
+            hs.push(tokio::spawn(async move { h.submit(rows(&[i])).await }));
+            settle().await;
+        }
+        for x in hs {
+            x.await.expect("join").expect("ok");
+        }
+        assert_eq!(sink.max_in_flight.load(Ordering::SeqCst), 3);
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn empty_submission_is_acknowledged_without_a_write() {
+        let sink = Arc::new(MockSink::default());
+        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
+        writer.handle().submit(Vec::new()).await.expect("ok");
+        writer.shutdown().await;
+        assert!(sink.writes.lock().expect("lock").is_empty());
+    }
+}

@@ -1,0 +1,147 @@
+//! Engine-specific behaviour that the shared conformance suite cannot express:
+//! migrations, physical dedup in ClickHouse, SQLite durability settings, error
+//! classification.
+
+mod common;
+
+use common::{clickhouse_config, clickhouse_url, row, session_rows};
+use ingest::{ClickHouseConfig, ClickHouseSink, EventSink, EventType, SqliteSink};
+
+fn raw_client(database: &str) -> clickhouse::Client {
+    clickhouse::Client::default()
+        .with_url(clickhouse_url())
+        .with_database(database)
+        .with_validation(false)
+        .with_compression(clickhouse::Compression::None)
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Count {
+    n: u64,
+}
+
+async fn count(database: &str, sql: &str) -> u64 {
+    raw_client(database).query(sql).fetch_one::<Count>().await.expect("count").n
+}
+
+#[tokio::test]
+async fn clickhouse_creates_database_and_migrates_idempotently() {
+    let config = clickhouse_config();
+    let _first = ClickHouseSink::connect(&config).await.expect("first connect");
+    let second = ClickHouseSink::connect(&config).await.expect("second connect");
+    second.migrate().await.expect("third run");
+    assert_eq!(
+        count(&config.database, "SELECT count() AS n FROM schema_migrations").await,
+        1,
+        "each migration recorded once"
+    );
+    assert_eq!(
+        count(
+            &config.database,
+            "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() AND name = 'telemetry_events'"
+        )
+        .await,
+        1
+    );
+    drop_db(&config.database).await;
+}
+
+#[tokio::test]
+async fn clickhouse_reads_are_exact_before_and_after_merges() {
+    let config = clickhouse_config();
+    let sink = ClickHouseSink::connect(&config).await.expect("connect");
+    let first = session_rows("u1", "s1", 0, 10);
+    let mut second = first.clone();
+    for r in &mut second {
+        r.payload = row("u1", "s1", 0, r.event_type, 1234.0).payload;
+    }
+    sink.write(&first).await.expect("first");
+    sink.write(&second).await.expect("second");
+    // Unmerged parts hold both copies; FINAL reads one, the first.
+    assert_eq!(count(&config.database, "SELECT count() AS n FROM telemetry_events").await, 20);
+    let events = sink.session_events("u1", "s1").await.expect("read");
+    assert_eq!(events.len(), 10);
+    assert_eq!(events[0].payload, first[0].payload);
+    // After a forced merge the first version is the one physically kept.
+    raw_client(&config.database)
+        .query("OPTIMIZE TABLE telemetry_events FINAL")
+        .execute()
+        .await
+        .expect("optimize");
+    assert_eq!(count(&config.database, "SELECT count() AS n FROM telemetry_events").await, 10);
+    let events = sink.session_events("u1", "s1").await.expect("read");
+    assert_eq!(events[3].payload, first[3].payload);
+    drop_db(&config.database).await;
+}
+
+#[tokio::test]
+async fn clickhouse_unreachable_is_retryable() {
+    let config = ClickHouseConfig::new("http://127.0.0.1:1", "x");
+    let err = ClickHouseSink::connect(&config).await.expect_err("no server");
+    assert!(err.is_retryable(), "{err}");
+}
+
+#[tokio::test]
+async fn clickhouse_rejects_bad_database_name() {
+    let config = ClickHouseConfig::new(clickhouse_url(), "bad-name; DROP");
+    let err = ClickHouseSink::connect(&config).await.expect_err("bad name");
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn clickhouse_missing_table_is_permanent() {
+    let config = clickhouse_config();
+    let sink = ClickHouseSink::connect(&config).await.expect("connect");
+    raw_client(&config.database)
+        .query("DROP TABLE telemetry_events")
+        .execute()
+        .await
+        .expect("drop");
+    let err = sink.write(&session_rows("u1", "s1", 0, 3)).await.expect_err("no table");
+    assert!(!err.is_retryable(), "{err}");
+    drop_db(&config.database).await;
+}
+
+async fn drop_db(database: &str) {
+    let _ = raw_client("default")
+        .query(&format!("DROP DATABASE IF EXISTS {database}"))
+        .execute()
+        .await;
+}
+
+#[tokio::test]
+async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let sink = SqliteSink::open_in_dir(dir.path()).await.expect("open");
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(sink.pool())
+            .await
+            .expect("pragma");
+        assert_eq!(mode, "wal");
+        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(sink.pool())
+            .await
+            .expect("pragma");
+        assert_eq!(sync, 2, "FULL");
+        sink.write(&session_rows("u1", "s1", 0, 12)).await.expect("write");
+        sink.close().await;
+    }
+    assert!(dir.path().join("telemetry.db").exists());
+    let sink = SqliteSink::open_in_dir(dir.path()).await.expect("reopen");
+    assert_eq!(sink.session_events("u1", "s1").await.expect("read").len(), 12);
+    let migrations: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM telemetry_migrations")
+        .fetch_one(sink.pool())
+        .await
+        .expect("count");
+    assert_eq!(migrations, 1);
+}
+
+#[tokio::test]
+async fn sqlite_unopenable_path_is_an_error() {
+    let err = SqliteSink::open(std::path::Path::new("/proc/definitely/not/here.db"))
+        .await
+        .expect_err("cannot open");
+    let _ = err.is_retryable();
+    let _ = EventType::ALL;
+}

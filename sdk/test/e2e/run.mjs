@@ -1,0 +1,315 @@
+//! Real-browser end-to-end test: Debian's Chromium (driven by playwright-core) plays a two-rendition
+//! HLS stream made by ffmpeg through hls.js on /demo/player.html served by streamwatch, with the SDK
+//! attached; the session is then read back from GET /api/v1/telemetry/sessions/{id}/events.
+//!
+//! Env: STREAMWATCH_BIN (default ../target/debug/streamwatch from sdk/), STREAMWATCH_URL (use a running
+//! server instead), CHROMIUM_BIN (/usr/bin/chromium), FFMPEG_BIN (/usr/bin/ffmpeg), E2E_KEEP=1 (keep
+//! temp files), E2E_MOCK_SERVER=1 (a node stand-in for streamwatch, to work on the SDK alone).
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { makeHls, serveStatic } from './media.mjs';
+
+const sdkRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const env = process.env;
+const BIN = resolve(sdkRoot, env.STREAMWATCH_BIN || '../target/debug/streamwatch');
+const CHROMIUM = env.CHROMIUM_BIN || '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--autoplay-policy=no-user-gesture-required',
+];
+const ORDER = ['playback_start', 'playback_pause', 'playback_resume', 'quality_change', 'session_end'];
+
+const results = [];
+const diagnostics = [];
+const cleanups = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function check(name, fn) {
+  const t0 = Date.now();
+  try {
+    const value = await fn();
+    results.push({ name, ok: true, ms: Date.now() - t0 });
+    console.log(`  ok    ${name} (${Date.now() - t0} ms)`);
+    return value;
+  } catch (e) {
+    results.push({ name, ok: false, ms: Date.now() - t0, error: e });
+    console.log(`  FAIL  ${name}: ${e && e.message}`);
+    throw e;
+  }
+}
+
+const assert = (cond, msg) => {
+  if (!cond) throw new Error(msg);
+};
+
+async function waitFor(what, fn, timeoutMs, everyMs = 250) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < end) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await sleep(everyMs);
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${last.message})` : ''}`);
+}
+
+const freePort = () =>
+  new Promise((res, rej) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+    s.on('error', rej);
+  });
+
+async function startStreamwatch(dataDir) {
+  if (env.E2E_MOCK_SERVER === '1') {
+    const { startMock } = await import('./mock-streamwatch.mjs');
+    const mock = await startMock({ sdkDist: join(sdkRoot, 'dist/index.js'), webDir: resolve(sdkRoot, '../web') });
+    cleanups.push(mock.close);
+    console.log(`  note  E2E_MOCK_SERVER=1: using the node stand-in at ${mock.url}, not streamwatch`);
+    return mock.url;
+  }
+  if (env.STREAMWATCH_URL) return env.STREAMWATCH_URL.replace(/\/$/, '');
+  assert(existsSync(BIN), `no streamwatch binary at ${BIN} (build it with cargo build, or set STREAMWATCH_BIN)`);
+  const port = await freePort();
+  const args = ['serve', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir, '--auth-rate-limit', 'off'];
+  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, NO_COLOR: '1', RUST_LOG: env.RUST_LOG || 'info' } });
+  const out = [];
+  const keep = (chunk) => out.push(...String(chunk).split('\n').filter(Boolean)) && out.splice(0, Math.max(0, out.length - 60));
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  let exited = null;
+  child.on('exit', (code, signal) => (exited = `exited with ${code ?? signal}`));
+  diagnostics.push(() => [`streamwatch ${BIN} ${args.join(' ')} ${exited || 'running'}; last output:`, ...out]);
+  cleanups.push(async () => {
+    if (exited) return;
+    child.kill('SIGTERM');
+    await Promise.race([new Promise((r) => child.once('exit', r)), sleep(5000)]);
+    if (!exited) child.kill('SIGKILL');
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(
+    'GET /healthz 200',
+    async () => {
+      assert(!exited, `streamwatch ${exited}`);
+      return (await fetch(`${url}/healthz`)).status === 200;
+    },
+    60_000,
+  );
+  return url;
+}
+
+async function api(base, method, path, { cookie, body } = {}) {
+  const res = await fetch(base + path, {
+    method,
+    headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...(cookie ? { cookie } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  let json;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { res, status: res.status, json, text };
+}
+
+async function main() {
+  console.log('player-sdk e2e: real Chromium, hls.js, streamwatch');
+  const tmp = mkdtempSync(join(tmpdir(), 'player-sdk-e2e-'));
+  cleanups.push(() => (env.E2E_KEEP === '1' ? console.log(`  note  kept ${tmp}`) : rmSync(tmp, { recursive: true, force: true })));
+
+  await check('tools present (chromium, ffmpeg, dist/index.js)', () => {
+    assert(existsSync(CHROMIUM), `no browser at ${CHROMIUM} (apt-get install -y chromium)`);
+    assert(existsSync(env.FFMPEG_BIN || '/usr/bin/ffmpeg'), 'no ffmpeg (apt-get install -y ffmpeg)');
+    assert(existsSync(join(sdkRoot, 'dist/index.js')), 'no dist/index.js (npm run build)');
+  });
+
+  const media = join(tmp, 'media');
+  await check('ffmpeg makes an 8 s HLS VOD with 360p and 720p renditions', () => makeHls(media));
+  const statics = await serveStatic({ '/media': media, '/hls': join(sdkRoot, 'node_modules/hls.js/dist') });
+  cleanups.push(statics.close);
+
+  const base = await check('streamwatch answers /healthz', () => startStreamwatch(join(tmp, 'data')));
+
+  const cookie = await check('sign up (POST /api/auth/sign-up/email) gives the session cookie', async () => {
+    const email = `e2e-${Date.now()}@example.com`;
+    const r = await api(base, 'POST', '/api/auth/sign-up/email', { body: { name: 'E2E', email, password: 'correct-horse-battery' } });
+    assert(r.status === 200, `sign-up answered ${r.status}: ${r.text}`);
+    const set = r.res.headers.getSetCookie().find((c) => c.startsWith('auth.session_token='));
+    assert(set, 'no auth.session_token in Set-Cookie');
+    return set.split(';')[0];
+  });
+
+  const key = await check('mint an API key (POST /api/v1/keys) → 201 rawKey', async () => {
+    const r = await api(base, 'POST', '/api/v1/keys', { cookie, body: { label: 'player-sdk e2e' } });
+    assert(r.status === 201, `keys answered ${r.status}: ${r.text}`);
+    assert(typeof r.json?.rawKey === 'string' && r.json.rawKey.startsWith('svc_'), `no svc_ rawKey in ${r.text}`);
+    return r.json.rawKey;
+  });
+
+  await check('streamwatch serves the SDK bundle and the demo page', async () => {
+    for (const p of ['/sdk/@service/player-sdk@0.1.0/dist/index.js', '/demo/player.html']) {
+      const r = await fetch(base + p);
+      assert(r.status === 200, `GET ${p} answered ${r.status}`);
+    }
+  });
+
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+  cleanups.push(() => browser.close());
+  const page = await browser.newPage();
+  const logs = [];
+  page.on('console', (m) => logs.push(`[console.${m.type()}] ${m.text()}`));
+  page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
+  page.on('requestfailed', (r) => logs.push(`[requestfailed] ${r.method()} ${r.url()} ${r.failure()?.errorText}`));
+  page.on('response', (r) => r.url().includes('/api/v1/telemetry') && logs.push(`[telemetry] ${r.request().method()} ${r.status()}`));
+  diagnostics.push(() => ['browser log:', ...logs.slice(-80)]);
+
+  const q = new URLSearchParams({
+    src: `${statics.url}/media/master.m3u8`,
+    key,
+    hls: `${statics.url}/hls/hls.mjs`,
+    content: 'e2e-testsrc',
+  });
+  await check('demo page loads, hls.js plays, SDK attached', async () => {
+    await page.goto(`${base}/demo/player.html?${q}`);
+    await page.waitForFunction(() => window.__sw && window.__sw.hls, null, { timeout: 15_000 });
+    await page.evaluate(() => {
+      window.__switches = [];
+      window.__sw.hls.on('hlsLevelSwitched', (_e, d) => window.__switches.push(d.level));
+    });
+    await page.waitForFunction(() => !window.__sw.video.paused && window.__sw.video.currentTime > 0.3, null, {
+      timeout: 20_000,
+    });
+  });
+  const sessionId = await page.evaluate(() => window.__sw.telemetry.sessionId);
+
+  await check('pause, then resume', async () => {
+    await page.evaluate(() => window.__sw.video.pause());
+    await sleep(400);
+    await page.evaluate(() => window.__sw.video.play());
+    await page.waitForFunction(() => !window.__sw.video.paused, null, { timeout: 5_000 });
+  });
+
+  await check('force a rendition switch (hls.currentLevel)', async () => {
+    const target = await page.evaluate(() => {
+      const hls = window.__sw.hls;
+      const to = hls.currentLevel === 1 ? 0 : 1;
+      hls.currentLevel = to;
+      return to;
+    });
+    await page.waitForFunction((to) => window.__switches.at(-1) === to, target, { timeout: 15_000 });
+  });
+
+  await check('play to the end', () =>
+    page.waitForFunction(() => window.__sw.video.ended, null, { timeout: 45_000 }),
+  );
+
+  const items = await check(`read the session back (GET /api/v1/telemetry/sessions/${sessionId}/events)`, () =>
+    waitFor(
+      'session_end in the stored events',
+      async () => {
+        const r = await api(base, 'GET', `/api/v1/telemetry/sessions/${encodeURIComponent(sessionId)}/events`, { cookie });
+        assert(r.status === 200, `answered ${r.status}: ${r.text}`);
+        assert(Array.isArray(r.json?.items), `no items array in ${r.text}`);
+        return r.json.items.some((e) => e.type === 'session_end') && r.json.items;
+      },
+      20_000,
+      500,
+    ),
+  );
+  console.log(`        stored: ${items.map((e) => e.type).join(', ')}`);
+
+  await check('events are { type, ts, payload } in ascending ts', () => {
+    for (const e of items) {
+      assert(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(e.ts), `bad ts ${e.ts}`);
+      assert(e.payload && typeof e.payload === 'object', `no payload on ${JSON.stringify(e)}`);
+    }
+    for (let i = 1; i < items.length; i++) assert(items[i - 1].ts <= items[i].ts, `ts out of order at ${i}`);
+  });
+
+  await check(`${ORDER.join(' → ')} appear in that order`, () => {
+    let at = -1;
+    for (const type of ORDER) {
+      const i = items.findIndex((e, j) => j > at && e.type === type);
+      assert(i >= 0, `no ${type} after ${at >= 0 ? items[at].type : 'the start'}`);
+      at = i;
+    }
+  });
+
+  await check('payloads carry the played content, rendition labels and the end reason', () => {
+    const start = items.find((e) => e.type === 'playback_start').payload;
+    assert(start.contentId === 'e2e-testsrc', `contentId ${start.contentId}`);
+    assert(start.durationMs > 7000 && start.durationMs < 9000, `durationMs ${start.durationMs}`);
+    const q = items.filter((e) => e.type === 'quality_change').at(-1).payload;
+    assert(/^\d+p$/.test(q.from) && /^\d+p$/.test(q.to) && q.from !== q.to, `labels ${q.from} → ${q.to}`);
+    assert(q.bitrate > 0, `bitrate ${q.bitrate}`);
+    const end = items.filter((e) => e.type === 'session_end');
+    assert(end.length === 1 && end[0].payload.reason === 'ended', `session_end ${JSON.stringify(end)}`);
+  });
+
+  await check('leaving the page sends session_end (unloaded) with a keepalive request on pagehide', async () => {
+    const second = await browser.newPage();
+    await second.goto(`${base}/demo/player.html?${q}`);
+    await second.waitForFunction(() => window.__sw && !window.__sw.video.paused && window.__sw.video.currentTime > 0.3, null, {
+      timeout: 20_000,
+    });
+    const id = await second.evaluate(() => window.__sw.telemetry.sessionId);
+    await second.goto('about:blank');
+    const stored = await waitFor(
+      'session_end in the second session',
+      async () => {
+        const r = await api(base, 'GET', `/api/v1/telemetry/sessions/${encodeURIComponent(id)}/events`, { cookie });
+        return r.status === 200 && r.json.items.some((e) => e.type === 'session_end') && r.json.items;
+      },
+      20_000,
+      500,
+    );
+    const types = stored.map((e) => e.type);
+    assert(types[0] === 'playback_start', `first event ${types[0]}`);
+    const end = stored.filter((e) => e.type === 'session_end');
+    assert(end.length === 1 && end[0].payload.reason === 'unloaded', `session_end ${JSON.stringify(end)}`);
+  });
+}
+
+let failed = false;
+try {
+  await main();
+} catch (e) {
+  failed = true;
+  if (!results.some((r) => !r.ok)) {
+    results.push({ name: 'harness', ok: false, error: e });
+    console.log(`  FAIL  ${e && e.stack}`);
+  }
+  for (const d of diagnostics) console.log(d().map((l) => `        ${l}`).join('\n'));
+} finally {
+  for (const c of cleanups.reverse()) {
+    try {
+      await c();
+    } catch {
+      // best effort
+    }
+  }
+}
+const passed = results.filter((r) => r.ok).length;
+const nFailed = results.length - passed;
+console.log(`\ne2e: ${passed} passed, ${nFailed} failed`);
+process.exit(failed || nFailed ? 1 : 0);

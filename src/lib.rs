@@ -4,6 +4,7 @@
 //! * [`startup`] — opens the stores, spawns background tasks, serves.
 //! * [`http`] — the only axum code: router, handlers, error mapping.
 //! * [`accounts`], [`streams`], [`keys`], [`probes`], [`waitlist`] — domain types and storage.
+//! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
 //! * [`ssrf`] — the guard shared by registration and every probe.
 //! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
 
@@ -12,6 +13,7 @@ pub mod config;
 pub mod db;
 pub mod http;
 pub mod keys;
+pub mod prober;
 pub mod probes;
 pub mod ratelimit;
 pub mod ssrf;

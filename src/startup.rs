@@ -11,6 +11,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use ingest::{BatchWriter, ClickHouseConfig, ClickHouseSink, EventSink, SqliteSink, WriterConfig};
+
 use crate::accounts::Accounts;
 use crate::config::{Config, DatabaseUrl};
 use crate::db::Db;
@@ -26,6 +28,7 @@ pub struct Server {
     listener: TcpListener,
     router: axum::Router,
     tasks: JoinSet<()>,
+    writer: BatchWriter,
     stop_tasks: watch::Sender<bool>,
     pub state: Arc<AppState>,
 }
@@ -44,6 +47,8 @@ impl Server {
             .await
             .context("cannot open DATABASE_URL")?;
         let guard = Guard::with_system_resolver(config.allow_private.0.clone());
+        let sink = open_sink(&config).await?;
+        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
         let keys = Keys::new(db.clone());
         let (key_cache, touch_rx) = KeyCache::new(keys.clone(), db.engine);
         let state = Arc::new(AppState {
@@ -53,6 +58,8 @@ impl Server {
             key_cache: key_cache.clone(),
             rate: RateLimiter::new(config.auth_rate_limit),
             slow_ms: config.slow_ms,
+            writer: writer.handle(),
+            sink,
             db: db.clone(),
         });
 
@@ -71,6 +78,7 @@ impl Server {
             listener,
             router,
             tasks,
+            writer,
             stop_tasks,
             state,
         })
@@ -92,6 +100,7 @@ impl Server {
             listener,
             router,
             mut tasks,
+            writer,
             stop_tasks,
             state,
         } = self;
@@ -102,11 +111,33 @@ impl Server {
         )
         .with_graceful_shutdown(shutdown)
         .await?;
-        // Requests are done: stop the background tasks and wait for their in-flight work.
-        let _ = stop_tasks.send(true);
+        // Requests are done (each telemetry request waited for its write): flush whatever
+        // the writer still holds, then stop the background tasks and wait for them.
         drop(state);
+        writer.shutdown().await;
+        let _ = stop_tasks.send(true);
         while tasks.join_next().await.is_some() {}
         Ok(())
+    }
+}
+
+/// The telemetry store: ClickHouse when configured, else `<data-dir>/telemetry.db`.
+async fn open_sink(config: &Config) -> anyhow::Result<Arc<dyn EventSink>> {
+    match &config.clickhouse_url {
+        Some(url) => {
+            let mut ch = ClickHouseConfig::new(url.clone(), config.clickhouse_database.clone());
+            ch.user = Some(config.clickhouse_user.clone());
+            ch.password = Some(config.clickhouse_password.clone()).filter(|p| !p.is_empty());
+            // Connecting creates the database if needed and applies the migrations.
+            let sink = ClickHouseSink::connect(&ch).await.context("cannot open CLICKHOUSE_URL")?;
+            Ok(Arc::new(sink))
+        }
+        None => {
+            let sink = SqliteSink::open_in_dir(&config.data_dir)
+                .await
+                .context("cannot open the telemetry store in STREAMWATCH_DATA_DIR")?;
+            Ok(Arc::new(sink))
+        }
     }
 }
 

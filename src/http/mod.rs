@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod keys;
 pub mod streams;
+pub mod telemetry;
 pub mod waitlist;
 
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub key_cache: KeyCache,
     pub rate: RateLimiter,
     pub slow_ms: u64,
+    pub writer: ingest::WriterHandle,
+    pub sink: Arc<dyn ingest::EventSink>,
 }
 
 /// The whole service's routes.
@@ -49,6 +52,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/agents", get(agents::feed))
         .route("/api/v1/keys", post(keys::create).get(keys::list))
         .route("/api/v1/keys/{id}", axum::routing::delete(keys::revoke))
+        .route("/api/v1/telemetry/sessions", get(telemetry::sessions))
+        .route("/api/v1/telemetry/sessions/{id}/events", get(telemetry::session_events))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             extract::require_session,
@@ -60,6 +65,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/auth/sign-in/email", post(auth::sign_in))
         .route("/api/auth/sign-out", post(auth::sign_out))
         .route("/api/auth/get-session", get(auth::get_session))
+        // OPTIONS is routed explicitly so the CORS layer sees preflights; it answers them itself.
+        .route(
+            "/api/v1/telemetry",
+            post(telemetry::ingest).options(|| async { StatusCode::NO_CONTENT }).layer(telemetry::cors()),
+        )
         .route("/api/waitlist", post(waitlist::join))
         .route("/healthz", get(healthz))
         .route("/", get(assets::landing))

@@ -152,11 +152,21 @@ pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classi
     use AnomalyClass as A;
     use ProbeStatus as S;
     let (status, anomaly_class, http_status, detail) = match outcome {
-        ProbeOutcome::Ok { http_status, manifest } => {
+        ProbeOutcome::Ok {
+            http_status,
+            manifest,
+        } => {
             let code = Some(*http_status);
             match manifest {
-                ManifestCheck::Invalid(why) => (S::Degraded, A::SlowResponse, code, format!("manifest invalid: {why}")),
-                ManifestCheck::Stale(stale) => (S::Degraded, A::SlowResponse, code, stale.to_string()),
+                ManifestCheck::Invalid(why) => (
+                    S::Degraded,
+                    A::SlowResponse,
+                    code,
+                    format!("manifest invalid: {why}"),
+                ),
+                ManifestCheck::Stale(stale) => {
+                    (S::Degraded, A::SlowResponse, code, stale.to_string())
+                }
                 ManifestCheck::Valid(_) if latency_ms > slow_ms => (
                     S::Degraded,
                     A::SlowResponse,
@@ -166,37 +176,85 @@ pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classi
                 ManifestCheck::Valid(_) => (S::Healthy, A::NoAnomaly, code, "probe ok".to_owned()),
             }
         }
-        ProbeOutcome::HttpStatus(code) if *code >= 500 => {
-            (S::Failing, A::ServerError, Some(*code), format!("HTTP {code}"))
-        }
-        ProbeOutcome::HttpStatus(code) => (S::Degraded, A::ClientError, Some(*code), format!("HTTP {code}")),
+        ProbeOutcome::HttpStatus(code) if *code >= 500 => (
+            S::Failing,
+            A::ServerError,
+            Some(*code),
+            format!("HTTP {code}"),
+        ),
+        ProbeOutcome::HttpStatus(code) => (
+            S::Degraded,
+            A::ClientError,
+            Some(*code),
+            format!("HTTP {code}"),
+        ),
         ProbeOutcome::Dns(why) => (S::Failing, A::NetworkTimeout, None, format!("dns: {why}")),
-        ProbeOutcome::Connect(why) => (S::Failing, A::NetworkTimeout, None, format!("connect error: {why}")),
-        ProbeOutcome::Tls(why) => (S::Failing, A::NetworkTimeout, None, format!("tls error: {why}")),
-        ProbeOutcome::Protocol(why) => (S::Failing, A::NetworkTimeout, None, format!("protocol error: {why}")),
+        ProbeOutcome::Connect(why) => (
+            S::Failing,
+            A::NetworkTimeout,
+            None,
+            format!("connect error: {why}"),
+        ),
+        ProbeOutcome::Tls(why) => (
+            S::Failing,
+            A::NetworkTimeout,
+            None,
+            format!("tls error: {why}"),
+        ),
+        ProbeOutcome::Protocol(why) => (
+            S::Failing,
+            A::NetworkTimeout,
+            None,
+            format!("protocol error: {why}"),
+        ),
         ProbeOutcome::Timeout(after) => {
             let after = if after.subsec_millis() == 0 {
                 format!("{} s", after.as_secs())
             } else {
                 format!("{} ms", after.as_millis())
             };
-            (S::Failing, A::NetworkTimeout, None, format!("timeout after {after}"))
+            (
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                format!("timeout after {after}"),
+            )
         }
-        ProbeOutcome::Refused(why) => (S::Failing, A::NetworkTimeout, None, format!("refused: {why}")),
-        ProbeOutcome::TooManyRedirects(max) => {
-            (S::Failing, A::NetworkTimeout, None, format!("refused: more than {max} redirects"))
-        }
+        ProbeOutcome::Refused(why) => (
+            S::Failing,
+            A::NetworkTimeout,
+            None,
+            format!("refused: {why}"),
+        ),
+        ProbeOutcome::TooManyRedirects(max) => (
+            S::Failing,
+            A::NetworkTimeout,
+            None,
+            format!("refused: more than {max} redirects"),
+        ),
     };
-    Classified { status, anomaly_class, http_status, detail }
+    Classified {
+        status,
+        anomaly_class,
+        http_status,
+        detail,
+    }
 }
 
 /// Agent feed `action` (AgentItem rules 3 and 4, decisions.md §6).
 /// `recovered_later`: the stream has a healthy probe after this one (only
 /// consulted for failing probes).
-pub fn action_text(status: ProbeStatus, latency_ms: u64, slow_ms: u64, recovered_later: bool) -> &'static str {
+pub fn action_text(
+    status: ProbeStatus,
+    latency_ms: u64,
+    slow_ms: u64,
+    recovered_later: bool,
+) -> &'static str {
     match status {
         // latency >= slow_ms / 2, exactly, without integer-division rounding
-        ProbeStatus::Healthy if latency_ms.saturating_mul(2) >= slow_ms => "watching latency — response time rising",
+        ProbeStatus::Healthy if latency_ms.saturating_mul(2) >= slow_ms => {
+            "watching latency — response time rising"
+        }
         ProbeStatus::Healthy => "no action needed — stream healthy",
         ProbeStatus::Degraded => "raised probe frequency — confirming degradation",
         ProbeStatus::Failing if recovered_later => "resolved — stream recovered",
@@ -243,17 +301,27 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::prober::manifest::{ManifestError, ManifestKind, ManifestSummary, MediaInfo, Staleness};
+    use crate::prober::manifest::{
+        ManifestError, ManifestKind, ManifestSummary, MediaInfo, Staleness,
+    };
     use crate::ssrf::GuardError;
 
     fn ok(manifest: ManifestCheck) -> ProbeOutcome {
-        ProbeOutcome::Ok { http_status: 200, manifest }
+        ProbeOutcome::Ok {
+            http_status: 200,
+            manifest,
+        }
     }
 
     fn valid() -> ManifestCheck {
         ManifestCheck::Valid(ManifestSummary {
             kind: ManifestKind::HlsMedia,
-            media: Some(MediaInfo { media_sequence: 1, segments: 3, target_duration_s: 6, ended: false }),
+            media: Some(MediaInfo {
+                media_sequence: 1,
+                segments: 3,
+                target_duration_s: 6,
+                ended: false,
+            }),
             dash: None,
         })
     }
@@ -265,9 +333,30 @@ mod tests {
         let slow = 2000;
         type Case = (ProbeOutcome, u64, S, A, Option<u16>, &'static str);
         let cases: Vec<Case> = vec![
-            (ok(valid()), 84, S::Healthy, A::NoAnomaly, Some(200), "probe ok"),
-            (ok(valid()), 2000, S::Healthy, A::NoAnomaly, Some(200), "probe ok"),
-            (ok(valid()), 2001, S::Degraded, A::SlowResponse, Some(200), "slow response: 2001 ms > 2000 ms"),
+            (
+                ok(valid()),
+                84,
+                S::Healthy,
+                A::NoAnomaly,
+                Some(200),
+                "probe ok",
+            ),
+            (
+                ok(valid()),
+                2000,
+                S::Healthy,
+                A::NoAnomaly,
+                Some(200),
+                "probe ok",
+            ),
+            (
+                ok(valid()),
+                2001,
+                S::Degraded,
+                A::SlowResponse,
+                Some(200),
+                "slow response: 2001 ms > 2000 ms",
+            ),
             (
                 ok(ManifestCheck::Invalid(ManifestError::NoSegments)),
                 10,
@@ -296,11 +385,46 @@ mod tests {
                 Some(200),
                 "media sequence stuck at 118 for 18 s",
             ),
-            (ProbeOutcome::HttpStatus(404), 10, S::Degraded, A::ClientError, Some(404), "HTTP 404"),
-            (ProbeOutcome::HttpStatus(403), 10, S::Degraded, A::ClientError, Some(403), "HTTP 403"),
-            (ProbeOutcome::HttpStatus(304), 10, S::Degraded, A::ClientError, Some(304), "HTTP 304"),
-            (ProbeOutcome::HttpStatus(500), 10, S::Failing, A::ServerError, Some(500), "HTTP 500"),
-            (ProbeOutcome::HttpStatus(503), 10, S::Failing, A::ServerError, Some(503), "HTTP 503"),
+            (
+                ProbeOutcome::HttpStatus(404),
+                10,
+                S::Degraded,
+                A::ClientError,
+                Some(404),
+                "HTTP 404",
+            ),
+            (
+                ProbeOutcome::HttpStatus(403),
+                10,
+                S::Degraded,
+                A::ClientError,
+                Some(403),
+                "HTTP 403",
+            ),
+            (
+                ProbeOutcome::HttpStatus(304),
+                10,
+                S::Degraded,
+                A::ClientError,
+                Some(304),
+                "HTTP 304",
+            ),
+            (
+                ProbeOutcome::HttpStatus(500),
+                10,
+                S::Failing,
+                A::ServerError,
+                Some(500),
+                "HTTP 500",
+            ),
+            (
+                ProbeOutcome::HttpStatus(503),
+                10,
+                S::Failing,
+                A::ServerError,
+                Some(503),
+                "HTTP 503",
+            ),
             (
                 ProbeOutcome::Dns("Hostname did not resolve".into()),
                 10,
@@ -317,7 +441,14 @@ mod tests {
                 None,
                 "connect error: Connection refused (os error 111)",
             ),
-            (ProbeOutcome::Tls("bad certificate".into()), 1, S::Failing, A::NetworkTimeout, None, "tls error: bad certificate"),
+            (
+                ProbeOutcome::Tls("bad certificate".into()),
+                1,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "tls error: bad certificate",
+            ),
             (
                 ProbeOutcome::Timeout(Duration::from_secs(10)),
                 10_000,
@@ -350,13 +481,25 @@ mod tests {
                 None,
                 "refused: URL could not be parsed",
             ),
-            (ProbeOutcome::TooManyRedirects(5), 1, S::Failing, A::NetworkTimeout, None, "refused: more than 5 redirects"),
+            (
+                ProbeOutcome::TooManyRedirects(5),
+                1,
+                S::Failing,
+                A::NetworkTimeout,
+                None,
+                "refused: more than 5 redirects",
+            ),
         ];
         for (outcome, latency, status, class, code, detail) in cases {
             let got = classify(&outcome, latency, slow);
             assert_eq!(
                 got,
-                Classified { status, anomaly_class: class, http_status: code, detail: detail.to_owned() },
+                Classified {
+                    status,
+                    anomaly_class: class,
+                    http_status: code,
+                    detail: detail.to_owned()
+                },
                 "{outcome:?}"
             );
         }
@@ -365,18 +508,51 @@ mod tests {
     #[test]
     fn action_texts() {
         use ProbeStatus as S;
-        assert_eq!(action_text(S::Healthy, 84, 2000, false), "no action needed — stream healthy");
-        assert_eq!(action_text(S::Healthy, 999, 2000, false), "no action needed — stream healthy");
-        assert_eq!(action_text(S::Healthy, 1000, 2000, false), "watching latency — response time rising");
-        assert_eq!(action_text(S::Healthy, 500, 1001, false), "no action needed — stream healthy");
-        assert_eq!(action_text(S::Healthy, 501, 1001, false), "watching latency — response time rising");
-        assert_eq!(action_text(S::Degraded, 5, 2000, false), "raised probe frequency — confirming degradation");
-        assert_eq!(action_text(S::Degraded, 5, 2000, true), "raised probe frequency — confirming degradation");
-        assert_eq!(action_text(S::Failing, 5, 2000, true), "resolved — stream recovered");
+        assert_eq!(
+            action_text(S::Healthy, 84, 2000, false),
+            "no action needed — stream healthy"
+        );
+        assert_eq!(
+            action_text(S::Healthy, 999, 2000, false),
+            "no action needed — stream healthy"
+        );
+        assert_eq!(
+            action_text(S::Healthy, 1000, 2000, false),
+            "watching latency — response time rising"
+        );
+        assert_eq!(
+            action_text(S::Healthy, 500, 1001, false),
+            "no action needed — stream healthy"
+        );
+        assert_eq!(
+            action_text(S::Healthy, 501, 1001, false),
+            "watching latency — response time rising"
+        );
+        assert_eq!(
+            action_text(S::Degraded, 5, 2000, false),
+            "raised probe frequency — confirming degradation"
+        );
+        assert_eq!(
+            action_text(S::Degraded, 5, 2000, true),
+            "raised probe frequency — confirming degradation"
+        );
+        assert_eq!(
+            action_text(S::Failing, 5, 2000, true),
+            "resolved — stream recovered"
+        );
         assert_eq!(action_text(S::Failing, 5, 2000, false), "investigating");
-        assert_eq!(fix_text(S::Failing, false, "opened incident: 5xx server error"), "investigating");
-        assert_eq!(fix_text(S::Failing, true, "closed incident after recovery"), "closed incident after recovery");
-        assert_eq!(fix_text(S::Healthy, false, "probe ok in 84 ms"), "probe ok in 84 ms");
+        assert_eq!(
+            fix_text(S::Failing, false, "opened incident: 5xx server error"),
+            "investigating"
+        );
+        assert_eq!(
+            fix_text(S::Failing, true, "closed incident after recovery"),
+            "closed incident after recovery"
+        );
+        assert_eq!(
+            fix_text(S::Healthy, false, "probe ok in 84 ms"),
+            "probe ok in 84 ms"
+        );
     }
 
     #[test]
@@ -385,21 +561,47 @@ mod tests {
         let healthy = classify(&ok(valid()), 84, 2000);
         let degraded = classify(&ProbeOutcome::HttpStatus(404), 84, 2000);
         let failing_5xx = classify(&ProbeOutcome::HttpStatus(503), 84, 2000);
-        let failing_net = classify(&ProbeOutcome::Timeout(Duration::from_secs(10)), 10_000, 2000);
+        let failing_net = classify(
+            &ProbeOutcome::Timeout(Duration::from_secs(10)),
+            10_000,
+            2000,
+        );
         assert_eq!(last_action(None, &healthy, 84), "probe ok in 84 ms");
-        assert_eq!(last_action(Some(S::Healthy), &healthy, 84), "probe ok in 84 ms");
-        assert_eq!(last_action(Some(S::Degraded), &healthy, 84), "closed incident after recovery");
-        assert_eq!(last_action(Some(S::Failing), &healthy, 84), "closed incident after recovery");
+        assert_eq!(
+            last_action(Some(S::Healthy), &healthy, 84),
+            "probe ok in 84 ms"
+        );
+        assert_eq!(
+            last_action(Some(S::Degraded), &healthy, 84),
+            "closed incident after recovery"
+        );
+        assert_eq!(
+            last_action(Some(S::Failing), &healthy, 84),
+            "closed incident after recovery"
+        );
         for prev in [None, Some(S::Healthy), Some(S::Degraded), Some(S::Failing)] {
-            assert_eq!(last_action(prev, &degraded, 84), "raised probe frequency after degraded probe");
-            assert_eq!(last_action(prev, &failing_5xx, 84), "opened incident: 5xx server error");
-            assert_eq!(last_action(prev, &failing_net, 84), "opened incident: network / timeout");
+            assert_eq!(
+                last_action(prev, &degraded, 84),
+                "raised probe frequency after degraded probe"
+            );
+            assert_eq!(
+                last_action(prev, &failing_5xx, 84),
+                "opened incident: 5xx server error"
+            );
+            assert_eq!(
+                last_action(prev, &failing_net, 84),
+                "opened incident: network / timeout"
+            );
         }
     }
 
     #[test]
     fn wire_values_round_trip() {
-        for s in [ProbeStatus::Healthy, ProbeStatus::Degraded, ProbeStatus::Failing] {
+        for s in [
+            ProbeStatus::Healthy,
+            ProbeStatus::Degraded,
+            ProbeStatus::Failing,
+        ] {
             assert_eq!(ProbeStatus::parse(s.as_str()), Some(s));
         }
         assert_eq!(ProbeStatus::Healthy.severity(), "info");
@@ -408,7 +610,10 @@ mod tests {
         assert_eq!(ProbeStatus::Healthy.snapshot_status(), "watching");
         assert_eq!(ProbeStatus::Failing.snapshot_status(), "failing");
         assert_eq!(ProbeStatus::Failing.agent_state(), "degraded");
-        assert_eq!(AnomalyClass::parse("5xx server error"), Some(AnomalyClass::ServerError));
+        assert_eq!(
+            AnomalyClass::parse("5xx server error"),
+            Some(AnomalyClass::ServerError)
+        );
         assert_eq!(AnomalyClass::parse("nope"), None);
     }
 }

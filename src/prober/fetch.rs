@@ -22,7 +22,8 @@ use reqwest::redirect::Policy;
 use url::Url;
 
 use crate::prober::manifest::{
-    check_variant, parse_manifest, ManifestCheck, ManifestError, ManifestKind, ManifestSummary, Parsed,
+    check_variant, parse_manifest, ManifestCheck, ManifestError, ManifestKind, ManifestSummary,
+    Parsed, StalenessTracker,
 };
 use crate::ssrf::{resolve_location, Guard, GuardError, GuardedResolver};
 
@@ -93,6 +94,28 @@ pub enum ProbeOutcome {
     Protocol(String),
 }
 
+impl ProbeOutcome {
+    /// Applies the staleness rule (see [`ManifestCheck::with_staleness`]) to a
+    /// 2xx outcome; other outcomes are returned unchanged.
+    pub fn with_staleness<K: std::hash::Hash + Eq>(
+        self,
+        tracker: &mut StalenessTracker<K>,
+        key: K,
+        now: Instant,
+    ) -> ProbeOutcome {
+        match self {
+            ProbeOutcome::Ok {
+                http_status,
+                manifest,
+            } => ProbeOutcome::Ok {
+                http_status,
+                manifest: manifest.with_staleness(tracker, key, now),
+            },
+            other => other,
+        }
+    }
+}
+
 /// One probe's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchResult {
@@ -159,12 +182,21 @@ impl Fetcher {
     pub async fn fetch_manifest(&self, url: &str) -> FetchResult {
         let started = Instant::now();
         let mut last_url = None;
-        let outcome = match tokio::time::timeout(self.cfg.probe_timeout, self.probe(url, &mut last_url)).await {
+        let outcome = match tokio::time::timeout(
+            self.cfg.probe_timeout,
+            self.probe(url, &mut last_url),
+        )
+        .await
+        {
             Ok(outcome) => outcome,
             Err(_) => ProbeOutcome::Timeout(self.cfg.probe_timeout),
         };
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        FetchResult { outcome, latency_ms, final_url: last_url }
+        FetchResult {
+            outcome,
+            latency_ms,
+            final_url: last_url,
+        }
     }
 
     async fn probe(&self, raw: &str, last_url: &mut Option<Url>) -> ProbeOutcome {
@@ -180,7 +212,10 @@ impl Fetcher {
             return ProbeOutcome::HttpStatus(doc.status);
         }
         let http_status = doc.status;
-        let invalid = |e| ProbeOutcome::Ok { http_status, manifest: ManifestCheck::Invalid(e) };
+        let invalid = |e| ProbeOutcome::Ok {
+            http_status,
+            manifest: ManifestCheck::Invalid(e),
+        };
         let valid = |kind, media, dash| ProbeOutcome::Ok {
             http_status,
             manifest: ManifestCheck::Valid(ManifestSummary { kind, media, dash }),
@@ -215,17 +250,25 @@ impl Fetcher {
     /// GET `url`, following at most `max_redirects` redirects, each hop
     /// re-checked by the guard. Returns the final answer with its body read
     /// (capped) when it is 2xx.
-    async fn get_following(&self, mut url: Url, last_url: &mut Option<Url>) -> Result<Document, ProbeOutcome> {
+    async fn get_following(
+        &self,
+        mut url: Url,
+        last_url: &mut Option<Url>,
+    ) -> Result<Document, ProbeOutcome> {
         let mut redirects = 0;
         loop {
-            self.guard.check_target(&url).map_err(ProbeOutcome::Refused)?;
+            self.guard
+                .check_target(&url)
+                .map_err(ProbeOutcome::Refused)?;
             *last_url = Some(url.clone());
             let resp = self
                 .client
                 .get(url.clone())
                 .header(
                     ACCEPT,
-                    HeaderValue::from_static("application/vnd.apple.mpegurl, application/dash+xml;q=0.9, */*;q=0.8"),
+                    HeaderValue::from_static(
+                        "application/vnd.apple.mpegurl, application/dash+xml;q=0.9, */*;q=0.8",
+                    ),
                 )
                 .send()
                 .await
@@ -236,14 +279,20 @@ impl Fetcher {
                     if redirects == self.cfg.max_redirects {
                         return Err(ProbeOutcome::TooManyRedirects(self.cfg.max_redirects));
                     }
-                    let location = location.to_str().map_err(|_| ProbeOutcome::Refused(GuardError::Unparseable))?;
+                    let location = location
+                        .to_str()
+                        .map_err(|_| ProbeOutcome::Refused(GuardError::Unparseable))?;
                     url = resolve_location(&url, location).map_err(ProbeOutcome::Refused)?;
                     redirects += 1;
                     continue;
                 }
             }
             if !(200..300).contains(&status) {
-                return Ok(Document { status, url, body: Ok(Vec::new()) });
+                return Ok(Document {
+                    status,
+                    url,
+                    body: Ok(Vec::new()),
+                });
             }
             let body = self.read_capped(resp).await?;
             return Ok(Document { status, url, body });
@@ -252,7 +301,10 @@ impl Fetcher {
 
     /// Reads a body up to the cap; over the cap is an invalid manifest, a
     /// broken body is a protocol failure.
-    async fn read_capped(&self, mut resp: reqwest::Response) -> Result<Result<Vec<u8>, ManifestError>, ProbeOutcome> {
+    async fn read_capped(
+        &self,
+        mut resp: reqwest::Response,
+    ) -> Result<Result<Vec<u8>, ManifestError>, ProbeOutcome> {
         let cap = self.cfg.max_body_bytes;
         let declared = resp
             .headers()
@@ -292,7 +344,15 @@ fn outcome_of(err: &reqwest::Error) -> ProbeOutcome {
     }
     let root = chain.last().cloned().unwrap_or_default();
     let text = chain.join(": ").to_ascii_lowercase();
-    let tls_words = ["tls", "certificate", "handshake", "rustls", "ssl", "corrupt message", "peer sent"];
+    let tls_words = [
+        "tls",
+        "certificate",
+        "handshake",
+        "rustls",
+        "ssl",
+        "corrupt message",
+        "peer sent",
+    ];
     if err.is_connect() && tls_words.iter().any(|w| text.contains(w)) {
         ProbeOutcome::Tls(root)
     } else if err.is_connect() && err.is_timeout() {
@@ -330,11 +390,19 @@ mod tests {
     }
 
     fn reply(status: u16, body: &str) -> Reply {
-        Reply { status, body: body.as_bytes().to_vec(), ..Reply::default() }
+        Reply {
+            status,
+            body: body.as_bytes().to_vec(),
+            ..Reply::default()
+        }
     }
 
     fn redirect(status: u16, location: &str) -> Reply {
-        Reply { status, headers: vec![("Location", location.to_owned())], ..Reply::default() }
+        Reply {
+            status,
+            headers: vec![("Location", location.to_owned())],
+            ..Reply::default()
+        }
     }
 
     /// A minimal HTTP/1.1 origin on a loopback address: path → reply, one
@@ -347,7 +415,9 @@ mod tests {
 
     impl Origin {
         async fn start(ip: &str, routes: Vec<(&str, Reply)>) -> Origin {
-            let listener = TcpListener::bind((ip.parse::<IpAddr>().unwrap(), 0)).await.unwrap();
+            let listener = TcpListener::bind((ip.parse::<IpAddr>().unwrap(), 0))
+                .await
+                .unwrap();
             let addr = listener.local_addr().unwrap();
             let routes: Arc<HashMap<String, Reply>> =
                 Arc::new(routes.into_iter().map(|(p, r)| (p.to_owned(), r)).collect());
@@ -356,8 +426,11 @@ mod tests {
             let (h, p) = (Arc::clone(&hits), Arc::clone(&paths));
             tokio::spawn(async move {
                 loop {
-                    let Ok((mut sock, _)) = listener.accept().await else { return };
-                    let (routes, hits, paths) = (Arc::clone(&routes), Arc::clone(&h), Arc::clone(&p));
+                    let Ok((mut sock, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let (routes, hits, paths) =
+                        (Arc::clone(&routes), Arc::clone(&h), Arc::clone(&p));
                     tokio::spawn(async move {
                         let mut buf = Vec::new();
                         let mut chunk = [0u8; 4096];
@@ -371,9 +444,16 @@ mod tests {
                         let head = String::from_utf8_lossy(&buf).to_string();
                         let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
                         paths.lock().unwrap().push(head);
-                        let r = routes.get(&path).cloned().unwrap_or_else(|| reply(404, "not found"));
+                        let r = routes
+                            .get(&path)
+                            .cloned()
+                            .unwrap_or_else(|| reply(404, "not found"));
                         tokio::time::sleep(r.delay).await;
-                        let mut out = format!("HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n", r.status, r.body.len());
+                        let mut out = format!(
+                            "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+                            r.status,
+                            r.body.len()
+                        );
                         for (k, v) in &r.headers {
                             out.push_str(&format!("{k}: {v}\r\n"));
                         }
@@ -405,7 +485,11 @@ mod tests {
     }
 
     fn fetcher() -> Fetcher {
-        fetcher_with(&["127.0.0.0/8"], StaticLookup::new(), Duration::from_secs(2))
+        fetcher_with(
+            &["127.0.0.0/8"],
+            StaticLookup::new(),
+            Duration::from_secs(2),
+        )
     }
 
     async fn probe(f: &Fetcher, url: &str) -> (FetchResult, Classified) {
@@ -414,7 +498,13 @@ mod tests {
         (r, c)
     }
 
-    fn assert_class(c: &Classified, status: ProbeStatus, class: AnomalyClass, code: Option<u16>, detail: &str) {
+    fn assert_class(
+        c: &Classified,
+        status: ProbeStatus,
+        class: AnomalyClass,
+        code: Option<u16>,
+        detail: &str,
+    ) {
         assert_eq!(
             (c.status, c.anomaly_class, c.http_status, c.detail.as_str()),
             (status, class, code, detail),
@@ -433,13 +523,25 @@ mod tests {
     async fn healthy_hls_master_fetches_one_variant() {
         let o = Origin::start(
             "127.0.0.1",
-            vec![("/live/master.m3u8", reply(200, MASTER)), ("/live/lo/index.m3u8", reply(200, MEDIA))],
+            vec![
+                ("/live/master.m3u8", reply(200, MASTER)),
+                ("/live/lo/index.m3u8", reply(200, MEDIA)),
+            ],
         )
         .await;
         let (r, c) = probe(&fetcher(), &o.url("/live/master.m3u8")).await;
-        assert_class(&c, ProbeStatus::Healthy, AnomalyClass::NoAnomaly, Some(200), "probe ok");
+        assert_class(
+            &c,
+            ProbeStatus::Healthy,
+            AnomalyClass::NoAnomaly,
+            Some(200),
+            "probe ok",
+        );
         match &r.outcome {
-            ProbeOutcome::Ok { manifest: ManifestCheck::Valid(s), .. } => {
+            ProbeOutcome::Ok {
+                manifest: ManifestCheck::Valid(s),
+                ..
+            } => {
                 assert_eq!(s.kind, ManifestKind::HlsMaster);
                 assert_eq!(s.media.unwrap().media_sequence, 118);
             }
@@ -448,45 +550,88 @@ mod tests {
         assert_eq!(r.final_url.unwrap().path(), "/live/lo/index.m3u8");
         assert_eq!(o.hits(), 2, "master + exactly one variant");
         let heads = o.paths.lock().unwrap().join("\n").to_ascii_lowercase();
-        assert!(heads.contains("user-agent: streamwatch-prober/0.1"), "{heads}");
+        assert!(
+            heads.contains("user-agent: streamwatch-prober/0.1"),
+            "{heads}"
+        );
     }
 
     #[tokio::test]
     async fn media_playlist_without_segments_is_degraded() {
         let o = Origin::start("127.0.0.1", vec![("/m.m3u8", reply(200, EMPTY_MEDIA))]).await;
         let (_, c) = probe(&fetcher(), &o.url("/m.m3u8")).await;
-        assert_class(&c, ProbeStatus::Degraded, AnomalyClass::SlowResponse, Some(200), "manifest invalid: no segments");
+        assert_class(
+            &c,
+            ProbeStatus::Degraded,
+            AnomalyClass::SlowResponse,
+            Some(200),
+            "manifest invalid: no segments",
+        );
     }
 
     #[tokio::test]
     async fn variant_without_segments_is_degraded() {
         let o = Origin::start(
             "127.0.0.1",
-            vec![("/master.m3u8", reply(200, MASTER)), ("/lo/index.m3u8", reply(200, EMPTY_MEDIA))],
+            vec![
+                ("/master.m3u8", reply(200, MASTER)),
+                ("/lo/index.m3u8", reply(200, EMPTY_MEDIA)),
+            ],
         )
         .await;
         let (_, c) = probe(&fetcher(), &o.url("/master.m3u8")).await;
-        assert_class(&c, ProbeStatus::Degraded, AnomalyClass::SlowResponse, Some(200), "manifest invalid: no segments");
+        assert_class(
+            &c,
+            ProbeStatus::Degraded,
+            AnomalyClass::SlowResponse,
+            Some(200),
+            "manifest invalid: no segments",
+        );
     }
 
     #[tokio::test]
     async fn missing_variant_is_a_client_error() {
         let o = Origin::start("127.0.0.1", vec![("/master.m3u8", reply(200, MASTER))]).await;
         let (_, c) = probe(&fetcher(), &o.url("/master.m3u8")).await;
-        assert_class(&c, ProbeStatus::Degraded, AnomalyClass::ClientError, Some(404), "HTTP 404");
+        assert_class(
+            &c,
+            ProbeStatus::Degraded,
+            AnomalyClass::ClientError,
+            Some(404),
+            "HTTP 404",
+        );
     }
 
     #[tokio::test]
     async fn dash_mpd_is_healthy() {
         let o = Origin::start("127.0.0.1", vec![("/live.mpd", reply(200, MPD))]).await;
         let (r, c) = probe(&fetcher(), &o.url("/live.mpd")).await;
-        assert_class(&c, ProbeStatus::Healthy, AnomalyClass::NoAnomaly, Some(200), "probe ok");
-        assert!(matches!(r.outcome, ProbeOutcome::Ok { manifest: ManifestCheck::Valid(ManifestSummary { kind: ManifestKind::Dash, .. }), .. }));
+        assert_class(
+            &c,
+            ProbeStatus::Healthy,
+            AnomalyClass::NoAnomaly,
+            Some(200),
+            "probe ok",
+        );
+        assert!(matches!(
+            r.outcome,
+            ProbeOutcome::Ok {
+                manifest: ManifestCheck::Valid(ManifestSummary {
+                    kind: ManifestKind::Dash,
+                    ..
+                }),
+                ..
+            }
+        ));
     }
 
     #[tokio::test]
     async fn invalid_manifest_is_degraded() {
-        let o = Origin::start("127.0.0.1", vec![("/x.m3u8", reply(200, "<html>oops</html>"))]).await;
+        let o = Origin::start(
+            "127.0.0.1",
+            vec![("/x.m3u8", reply(200, "<html>oops</html>"))],
+        )
+        .await;
         let (_, c) = probe(&fetcher(), &o.url("/x.m3u8")).await;
         assert_class(
             &c,
@@ -515,45 +660,89 @@ mod tests {
     async fn not_found_is_degraded_client_error() {
         let o = Origin::start("127.0.0.1", vec![]).await;
         let (_, c) = probe(&fetcher(), &o.url("/gone.m3u8")).await;
-        assert_class(&c, ProbeStatus::Degraded, AnomalyClass::ClientError, Some(404), "HTTP 404");
+        assert_class(
+            &c,
+            ProbeStatus::Degraded,
+            AnomalyClass::ClientError,
+            Some(404),
+            "HTTP 404",
+        );
     }
 
     #[tokio::test]
     async fn service_unavailable_is_failing_5xx() {
         let o = Origin::start("127.0.0.1", vec![("/m.m3u8", reply(503, "busy"))]).await;
         let (_, c) = probe(&fetcher(), &o.url("/m.m3u8")).await;
-        assert_class(&c, ProbeStatus::Failing, AnomalyClass::ServerError, Some(503), "HTTP 503");
+        assert_class(
+            &c,
+            ProbeStatus::Failing,
+            AnomalyClass::ServerError,
+            Some(503),
+            "HTTP 503",
+        );
     }
 
     #[tokio::test]
     async fn slow_origin_is_degraded_slow_response() {
-        let slow = Reply { delay: Duration::from_millis(SLOW_MS + 200), ..reply(200, MEDIA) };
+        let slow = Reply {
+            delay: Duration::from_millis(SLOW_MS + 200),
+            ..reply(200, MEDIA)
+        };
         let o = Origin::start("127.0.0.1", vec![("/m.m3u8", slow)]).await;
         let (r, c) = probe(&fetcher(), &o.url("/m.m3u8")).await;
         assert!(r.latency_ms > SLOW_MS, "{}", r.latency_ms);
-        assert_eq!((c.status, c.anomaly_class, c.http_status), (ProbeStatus::Degraded, AnomalyClass::SlowResponse, Some(200)));
-        assert_eq!(c.detail, format!("slow response: {} ms > {SLOW_MS} ms", r.latency_ms));
+        assert_eq!(
+            (c.status, c.anomaly_class, c.http_status),
+            (ProbeStatus::Degraded, AnomalyClass::SlowResponse, Some(200))
+        );
+        assert_eq!(
+            c.detail,
+            format!("slow response: {} ms > {SLOW_MS} ms", r.latency_ms)
+        );
     }
 
     #[tokio::test]
     async fn origin_slower_than_probe_timeout_is_failing_timeout() {
-        let stuck = Reply { delay: Duration::from_secs(5), ..reply(200, MEDIA) };
+        let stuck = Reply {
+            delay: Duration::from_secs(5),
+            ..reply(200, MEDIA)
+        };
         let o = Origin::start("127.0.0.1", vec![("/m.m3u8", stuck)]).await;
-        let f = fetcher_with(&["127.0.0.0/8"], StaticLookup::new(), Duration::from_millis(700));
+        let f = fetcher_with(
+            &["127.0.0.0/8"],
+            StaticLookup::new(),
+            Duration::from_millis(700),
+        );
         let (r, c) = probe(&f, &o.url("/m.m3u8")).await;
-        assert_class(&c, ProbeStatus::Failing, AnomalyClass::NetworkTimeout, None, "timeout after 700 ms");
+        assert_class(
+            &c,
+            ProbeStatus::Failing,
+            AnomalyClass::NetworkTimeout,
+            None,
+            "timeout after 700 ms",
+        );
         assert!((700..1500).contains(&r.latency_ms), "{}", r.latency_ms);
     }
 
     #[tokio::test]
     async fn timeout_bounds_the_whole_probe_including_the_variant() {
-        let slowish = |body| Reply { delay: Duration::from_millis(450), ..reply(200, body) };
+        let slowish = |body| Reply {
+            delay: Duration::from_millis(450),
+            ..reply(200, body)
+        };
         let o = Origin::start(
             "127.0.0.1",
-            vec![("/master.m3u8", slowish(MASTER)), ("/lo/index.m3u8", slowish(MEDIA))],
+            vec![
+                ("/master.m3u8", slowish(MASTER)),
+                ("/lo/index.m3u8", slowish(MEDIA)),
+            ],
         )
         .await;
-        let f = fetcher_with(&["127.0.0.0/8"], StaticLookup::new(), Duration::from_millis(700));
+        let f = fetcher_with(
+            &["127.0.0.0/8"],
+            StaticLookup::new(),
+            Duration::from_millis(700),
+        );
         let (_, c) = probe(&f, &o.url("/master.m3u8")).await;
         assert_eq!(c.detail, "timeout after 700 ms");
     }
@@ -571,7 +760,13 @@ mod tests {
         )
         .await;
         let (r, c) = probe(&fetcher(), &o.url("/a")).await;
-        assert_class(&c, ProbeStatus::Healthy, AnomalyClass::NoAnomaly, Some(200), "probe ok");
+        assert_class(
+            &c,
+            ProbeStatus::Healthy,
+            AnomalyClass::NoAnomaly,
+            Some(200),
+            "probe ok",
+        );
         assert_eq!(o.hits(), 4);
         assert_eq!(r.final_url.unwrap().path(), "/live/m.m3u8");
     }
@@ -586,18 +781,38 @@ mod tests {
         routes.push(("/r6", reply(200, MEDIA)));
         let o = Origin::start("127.0.0.1", routes).await;
         let (_, c) = probe(&fetcher(), &o.url("/r1")).await; // 5 redirects
-        assert_class(&c, ProbeStatus::Healthy, AnomalyClass::NoAnomaly, Some(200), "probe ok");
+        assert_class(
+            &c,
+            ProbeStatus::Healthy,
+            AnomalyClass::NoAnomaly,
+            Some(200),
+            "probe ok",
+        );
         let before = o.hits();
         let (_, c) = probe(&fetcher(), &o.url("/r0")).await; // 6 redirects
-        assert_class(&c, ProbeStatus::Failing, AnomalyClass::NetworkTimeout, None, "refused: more than 5 redirects");
+        assert_class(
+            &c,
+            ProbeStatus::Failing,
+            AnomalyClass::NetworkTimeout,
+            None,
+            "refused: more than 5 redirects",
+        );
         assert_eq!(o.hits() - before, 6, "the 7th URL is never requested");
     }
 
     #[tokio::test]
     async fn redirect_to_refused_address_never_reaches_it() {
         let target = Origin::start("127.0.0.3", vec![("/m.m3u8", reply(200, MEDIA))]).await;
-        let o = Origin::start("127.0.0.2", vec![("/start", redirect(302, &target.url("/m.m3u8")))]).await;
-        let f = fetcher_with(&["127.0.0.2/32"], StaticLookup::new(), Duration::from_secs(2));
+        let o = Origin::start(
+            "127.0.0.2",
+            vec![("/start", redirect(302, &target.url("/m.m3u8")))],
+        )
+        .await;
+        let f = fetcher_with(
+            &["127.0.0.2/32"],
+            StaticLookup::new(),
+            Duration::from_secs(2),
+        );
         let (_, c) = probe(&f, &o.url("/start")).await;
         assert_class(
             &c,
@@ -612,10 +827,21 @@ mod tests {
 
     #[tokio::test]
     async fn redirect_to_private_address_spelled_in_decimal_is_refused() {
-        let o = Origin::start("127.0.0.2", vec![("/start", redirect(301, "http://2130706433:1/x"))]).await;
-        let f = fetcher_with(&["127.0.0.2/32"], StaticLookup::new(), Duration::from_secs(2));
+        let o = Origin::start(
+            "127.0.0.2",
+            vec![("/start", redirect(301, "http://2130706433:1/x"))],
+        )
+        .await;
+        let f = fetcher_with(
+            &["127.0.0.2/32"],
+            StaticLookup::new(),
+            Duration::from_secs(2),
+        );
         let (_, c) = probe(&f, &o.url("/start")).await;
-        assert_eq!(c.detail, "refused: Hostname resolves to a private address (127.0.0.1)");
+        assert_eq!(
+            c.detail,
+            "refused: Hostname resolves to a private address (127.0.0.1)"
+        );
     }
 
     #[tokio::test]
@@ -627,7 +853,10 @@ mod tests {
             .with("rebind.example", &["127.0.0.3".parse().unwrap()]);
         let o = Origin::start(
             "127.0.0.2",
-            vec![("/start", redirect(302, &format!("http://rebind.example:{port}/m.m3u8")))],
+            vec![(
+                "/start",
+                redirect(302, &format!("http://rebind.example:{port}/m.m3u8")),
+            )],
         )
         .await;
         let f = fetcher_with(&["127.0.0.2/32"], lookup, Duration::from_secs(2));
@@ -640,7 +869,11 @@ mod tests {
             None,
             "refused: Hostname resolves to a private address (127.0.0.3)",
         );
-        assert_eq!(o.hits(), 1, "origin.example resolved through the guard and was fetched");
+        assert_eq!(
+            o.hits(),
+            1,
+            "origin.example resolved through the guard and was fetched"
+        );
         assert_eq!(target.hits(), 0);
     }
 
@@ -649,10 +882,24 @@ mod tests {
         let target = Origin::start("127.0.0.3", vec![("/m.m3u8", reply(200, MEDIA))]).await;
         let lookup = StaticLookup::new().with("stream.example", &["127.0.0.3".parse().unwrap()]);
         let f = fetcher_with(&[], lookup, Duration::from_secs(2));
-        let (_, c) = probe(&f, &format!("http://stream.example:{}/m.m3u8", target.addr.port())).await;
-        assert_eq!(c.detail, "refused: Hostname resolves to a private address (127.0.0.3)");
-        let (_, c) = probe(&f, &format!("http://localhost:{}/m.m3u8", target.addr.port())).await;
-        assert_eq!(c.detail, "refused: Hostname resolves to a private address (127.0.0.1)");
+        let (_, c) = probe(
+            &f,
+            &format!("http://stream.example:{}/m.m3u8", target.addr.port()),
+        )
+        .await;
+        assert_eq!(
+            c.detail,
+            "refused: Hostname resolves to a private address (127.0.0.3)"
+        );
+        let (_, c) = probe(
+            &f,
+            &format!("http://localhost:{}/m.m3u8", target.addr.port()),
+        )
+        .await;
+        assert_eq!(
+            c.detail,
+            "refused: Hostname resolves to a private address (127.0.0.1)"
+        );
         assert_eq!(target.hits(), 0);
     }
 
@@ -660,7 +907,13 @@ mod tests {
     async fn name_that_does_not_resolve_is_failing_dns() {
         let f = fetcher_with(&[], StaticLookup::new(), Duration::from_secs(2));
         let (_, c) = probe(&f, "http://nowhere.example/m.m3u8").await;
-        assert_class(&c, ProbeStatus::Failing, AnomalyClass::NetworkTimeout, None, "dns: Hostname did not resolve");
+        assert_class(
+            &c,
+            ProbeStatus::Failing,
+            AnomalyClass::NetworkTimeout,
+            None,
+            "dns: Hostname did not resolve",
+        );
     }
 
     #[tokio::test]
@@ -674,20 +927,40 @@ mod tests {
         )
         .await;
         let (r, c) = probe(&fetcher(), &o.url("/a/b/start")).await;
-        assert_class(&c, ProbeStatus::Healthy, AnomalyClass::NoAnomaly, Some(200), "probe ok");
+        assert_class(
+            &c,
+            ProbeStatus::Healthy,
+            AnomalyClass::NoAnomaly,
+            Some(200),
+            "probe ok",
+        );
         assert_eq!(r.final_url.unwrap().as_str(), o.url("/a/live/m.m3u8?x=1"));
     }
 
     #[tokio::test]
     async fn unparseable_location_is_refused() {
-        let o = Origin::start("127.0.0.1", vec![("/start", redirect(302, "http://[::1/oops"))]).await;
+        let o = Origin::start(
+            "127.0.0.1",
+            vec![("/start", redirect(302, "http://[::1/oops"))],
+        )
+        .await;
         let (_, c) = probe(&fetcher(), &o.url("/start")).await;
-        assert_class(&c, ProbeStatus::Failing, AnomalyClass::NetworkTimeout, None, "refused: URL could not be parsed");
+        assert_class(
+            &c,
+            ProbeStatus::Failing,
+            AnomalyClass::NetworkTimeout,
+            None,
+            "refused: URL could not be parsed",
+        );
     }
 
     #[tokio::test]
     async fn redirect_to_other_scheme_is_refused() {
-        let o = Origin::start("127.0.0.1", vec![("/start", redirect(302, "file:///etc/passwd"))]).await;
+        let o = Origin::start(
+            "127.0.0.1",
+            vec![("/start", redirect(302, "file:///etc/passwd"))],
+        )
+        .await;
         let (_, c) = probe(&fetcher(), &o.url("/start")).await;
         assert_eq!(c.detail, "refused: Only http(s) URLs are allowed");
     }
@@ -696,16 +969,32 @@ mod tests {
     async fn redirect_without_location_is_a_client_error() {
         let o = Origin::start("127.0.0.1", vec![("/m", reply(302, ""))]).await;
         let (_, c) = probe(&fetcher(), &o.url("/m")).await;
-        assert_class(&c, ProbeStatus::Degraded, AnomalyClass::ClientError, Some(302), "HTTP 302");
+        assert_class(
+            &c,
+            ProbeStatus::Degraded,
+            AnomalyClass::ClientError,
+            Some(302),
+            "HTTP 302",
+        );
     }
 
     #[tokio::test]
     async fn refused_literal_is_never_connected() {
         let target = Origin::start("127.0.0.3", vec![("/m.m3u8", reply(200, MEDIA))]).await;
-        let f = fetcher_with(&["127.0.0.2/32"], StaticLookup::new(), Duration::from_secs(2));
+        let f = fetcher_with(
+            &["127.0.0.2/32"],
+            StaticLookup::new(),
+            Duration::from_secs(2),
+        );
         let (r, c) = probe(&f, &target.url("/m.m3u8")).await;
-        assert_eq!(c.detail, "refused: Hostname resolves to a private address (127.0.0.3)");
-        assert_eq!(r.outcome, ProbeOutcome::Refused(GuardError::PrivateAddress("127.0.0.3".parse().unwrap())));
+        assert_eq!(
+            c.detail,
+            "refused: Hostname resolves to a private address (127.0.0.3)"
+        );
+        assert_eq!(
+            r.outcome,
+            ProbeOutcome::Refused(GuardError::PrivateAddress("127.0.0.3".parse().unwrap()))
+        );
         assert_eq!(target.hits(), 0);
     }
 
@@ -716,8 +1005,15 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let (r, c) = probe(&fetcher(), &format!("http://127.0.0.1:{port}/m.m3u8")).await;
-        assert!(matches!(r.outcome, ProbeOutcome::Connect(_)), "{:?}", r.outcome);
-        assert_eq!((c.status, c.anomaly_class, c.http_status), (ProbeStatus::Failing, AnomalyClass::NetworkTimeout, None));
+        assert!(
+            matches!(r.outcome, ProbeOutcome::Connect(_)),
+            "{:?}",
+            r.outcome
+        );
+        assert_eq!(
+            (c.status, c.anomaly_class, c.http_status),
+            (ProbeStatus::Failing, AnomalyClass::NetworkTimeout, None)
+        );
         assert!(c.detail.starts_with("connect error: "), "{}", c.detail);
     }
 
@@ -729,12 +1025,17 @@ mod tests {
             while let Ok((mut sock, _)) = listener.accept().await {
                 let mut buf = [0u8; 1024];
                 let _ = sock.read(&mut buf).await;
-                let _ = sock.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n").await;
+                let _ = sock
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
             }
         });
         let (r, c) = probe(&fetcher(), &format!("https://{addr}/m.m3u8")).await;
         assert!(matches!(r.outcome, ProbeOutcome::Tls(_)), "{:?}", r.outcome);
-        assert_eq!((c.status, c.anomaly_class), (ProbeStatus::Failing, AnomalyClass::NetworkTimeout));
+        assert_eq!(
+            (c.status, c.anomaly_class),
+            (ProbeStatus::Failing, AnomalyClass::NetworkTimeout)
+        );
         assert!(c.detail.starts_with("tls error: "), "{}", c.detail);
     }
 
@@ -750,13 +1051,19 @@ mod tests {
             }
         });
         let (r, c) = probe(&fetcher(), &format!("http://{addr}/m.m3u8")).await;
-        assert!(matches!(r.outcome, ProbeOutcome::Protocol(_)), "{:?}", r.outcome);
-        assert_eq!((c.status, c.anomaly_class), (ProbeStatus::Failing, AnomalyClass::NetworkTimeout));
+        assert!(
+            matches!(r.outcome, ProbeOutcome::Protocol(_)),
+            "{:?}",
+            r.outcome
+        );
+        assert_eq!(
+            (c.status, c.anomaly_class),
+            (ProbeStatus::Failing, AnomalyClass::NetworkTimeout)
+        );
     }
 
     #[tokio::test]
     async fn stale_live_playlist_across_probes() {
-        use crate::prober::manifest::StalenessTracker;
         let o = Origin::start("127.0.0.1", vec![("/m.m3u8", reply(200, MEDIA))]).await;
         let f = fetcher();
         let mut tracker = StalenessTracker::<String>::new();
@@ -764,9 +1071,12 @@ mod tests {
         let mut last = None;
         for secs in [0, 6, 12, 18] {
             let r = f.fetch_manifest(&o.url("/m.m3u8")).await;
-            let ProbeOutcome::Ok { http_status, manifest } = r.outcome else { panic!("{:?}", r.outcome) };
-            let manifest = manifest.with_staleness(&mut tracker, "s1".to_owned(), t0 + Duration::from_secs(secs));
-            last = Some(classify(&ProbeOutcome::Ok { http_status, manifest }, r.latency_ms, SLOW_MS));
+            let outcome = r.outcome.with_staleness(
+                &mut tracker,
+                "s1".to_owned(),
+                t0 + Duration::from_secs(secs),
+            );
+            last = Some(classify(&outcome, r.latency_ms, SLOW_MS));
         }
         assert_class(
             &last.unwrap(),

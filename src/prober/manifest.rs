@@ -214,7 +214,10 @@ fn parse_hls(text: &[u8]) -> Result<Parsed, ManifestError> {
             if uri.is_empty() {
                 return Err(ManifestError::BadVariantUri);
             }
-            Ok(Parsed::HlsMaster { variant_uri: uri.to_owned(), variants: master.variants.len() })
+            Ok(Parsed::HlsMaster {
+                variant_uri: uri.to_owned(),
+                variants: master.variants.len(),
+            })
         }
         Ok(Playlist::MediaPlaylist(media)) => {
             if media.segments.is_empty() {
@@ -247,9 +250,9 @@ fn parse_dash(text: &[u8]) -> Result<DashInfo, ManifestError> {
     let (mut seen_root, mut periods, mut adaptation_sets, mut dynamic) = (false, 0, 0, false);
     loop {
         let event = reader.read_event().map_err(|e| parse_err(&reader, &e))?;
-        let (start, empty) = match &event {
-            Event::Start(e) => (Some(e), false),
-            Event::Empty(e) => (Some(e), true),
+        let (e, empty) = match &event {
+            Event::Start(e) => (e, false),
+            Event::Empty(e) => (e, true),
             Event::End(_) => {
                 open.pop();
                 continue;
@@ -257,11 +260,16 @@ fn parse_dash(text: &[u8]) -> Result<DashInfo, ManifestError> {
             Event::Eof => break,
             _ => continue,
         };
-        let Some(e) = start else { continue };
         let name = e.local_name().as_ref().to_vec();
         match open.len() {
-            0 if seen_root => return Err(ManifestError::DashParse("more than one root element".into())),
-            0 if name != b"MPD" => return Err(ManifestError::DashParse("root element is not MPD".into())),
+            0 if seen_root => {
+                return Err(ManifestError::DashParse(
+                    "more than one root element".into(),
+                ))
+            }
+            0 if name != b"MPD" => {
+                return Err(ManifestError::DashParse("root element is not MPD".into()))
+            }
             0 => {
                 seen_root = true;
                 dynamic = e
@@ -282,7 +290,9 @@ fn parse_dash(text: &[u8]) -> Result<DashInfo, ManifestError> {
         return Err(ManifestError::DashParse("no MPD element".into()));
     }
     if !open.is_empty() {
-        return Err(ManifestError::DashParse("unexpected end of document".into()));
+        return Err(ManifestError::DashParse(
+            "unexpected end of document".into(),
+        ));
     }
     if periods == 0 {
         return Err(ManifestError::NoPeriods);
@@ -290,7 +300,11 @@ fn parse_dash(text: &[u8]) -> Result<DashInfo, ManifestError> {
     if adaptation_sets == 0 {
         return Err(ManifestError::NoAdaptationSets);
     }
-    Ok(DashInfo { periods, adaptation_sets, dynamic })
+    Ok(DashInfo {
+        periods,
+        adaptation_sets,
+        dynamic,
+    })
 }
 
 /// Parser messages can quote the whole document; keep details one short line.
@@ -306,7 +320,10 @@ fn short(msg: &str) -> String {
 
 fn strip_preamble(body: &[u8]) -> &[u8] {
     let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
-    let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
+    let start = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(body.len());
     &body[start..]
 }
 
@@ -328,7 +345,12 @@ pub struct Staleness {
 
 impl fmt::Display for Staleness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "media sequence stuck at {} for {} s", self.media_sequence, self.stuck_for.as_secs())
+        write!(
+            f,
+            "media sequence stuck at {} for {} s",
+            self.media_sequence,
+            self.stuck_for.as_secs()
+        )
     }
 }
 
@@ -350,7 +372,9 @@ pub struct StalenessTracker<K = String> {
 
 impl<K: Hash + Eq> Default for StalenessTracker<K> {
     fn default() -> Self {
-        Self { seen: HashMap::new() }
+        Self {
+            seen: HashMap::new(),
+        }
     }
 }
 
@@ -371,7 +395,11 @@ impl<K: Hash + Eq> StalenessTracker<K> {
             since: now,
         });
         if entry.media_sequence != media.media_sequence || entry.segments != media.segments {
-            *entry = Progress { media_sequence: media.media_sequence, segments: media.segments, since: now };
+            *entry = Progress {
+                media_sequence: media.media_sequence,
+                segments: media.segments,
+                since: now,
+            };
             return None;
         }
         let stuck_for = now.saturating_duration_since(entry.since);
@@ -414,7 +442,9 @@ mod tests {
         #EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360\nlow2/index.m3u8\n";
 
     fn live(seq: u64, n: usize) -> String {
-        let mut s = format!("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:6\n#EXT-X-MEDIA-SEQUENCE:{seq}\n");
+        let mut s = format!(
+            "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:6\n#EXT-X-MEDIA-SEQUENCE:{seq}\n"
+        );
         for i in 0..n {
             s.push_str(&format!("#EXTINF:6.0,\nseg{}.ts\n", seq + i as u64));
         }
@@ -436,7 +466,10 @@ mod tests {
     fn master_playlist_picks_lowest_bandwidth_first_on_ties() {
         assert_eq!(
             parse_manifest(MASTER.as_bytes()),
-            Ok(Parsed::HlsMaster { variant_uri: "low/index.m3u8".into(), variants: 3 })
+            Ok(Parsed::HlsMaster {
+                variant_uri: "low/index.m3u8".into(),
+                variants: 3
+            })
         );
     }
 
@@ -446,7 +479,10 @@ mod tests {
                  #EXT-X-STREAM-INF:BANDWIDTH=900000\nmain.m3u8\n";
         assert_eq!(
             parse_manifest(m.as_bytes()),
-            Ok(Parsed::HlsMaster { variant_uri: "main.m3u8".into(), variants: 2 })
+            Ok(Parsed::HlsMaster {
+                variant_uri: "main.m3u8".into(),
+                variants: 2
+            })
         );
     }
 
@@ -455,15 +491,26 @@ mod tests {
         let body = format!("\u{feff}\n{}", live(118, 3));
         assert_eq!(
             parse_manifest(body.as_bytes()),
-            Ok(Parsed::HlsMedia(MediaInfo { media_sequence: 118, segments: 3, target_duration_s: 6, ended: false }))
+            Ok(Parsed::HlsMedia(MediaInfo {
+                media_sequence: 118,
+                segments: 3,
+                target_duration_s: 6,
+                ended: false
+            }))
         );
         let vod = format!("{}#EXT-X-ENDLIST\n", live(0, 2));
-        assert!(matches!(parse_manifest(vod.as_bytes()), Ok(Parsed::HlsMedia(MediaInfo { ended: true, .. }))));
+        assert!(matches!(
+            parse_manifest(vod.as_bytes()),
+            Ok(Parsed::HlsMedia(MediaInfo { ended: true, .. }))
+        ));
     }
 
     #[test]
     fn media_playlist_without_segments_is_invalid() {
-        assert_eq!(parse_manifest(live(5, 0).as_bytes()), Err(ManifestError::NoSegments));
+        assert_eq!(
+            parse_manifest(live(5, 0).as_bytes()),
+            Err(ManifestError::NoSegments)
+        );
         assert_eq!(parse_manifest(b"#EXTM3U\n"), Err(ManifestError::NoSegments));
         assert_eq!(ManifestError::NoSegments.to_string(), "no segments");
     }
@@ -471,39 +518,125 @@ mod tests {
     #[test]
     fn variant_must_be_a_media_playlist() {
         assert!(check_variant(live(1, 1).as_bytes()).is_ok());
-        assert_eq!(check_variant(MASTER.as_bytes()), Err(ManifestError::VariantNotMedia));
-        assert_eq!(check_variant(b"<html></html>"), Err(ManifestError::VariantNotMedia));
-        assert_eq!(check_variant(live(1, 0).as_bytes()), Err(ManifestError::NoSegments));
+        assert_eq!(
+            check_variant(MASTER.as_bytes()),
+            Err(ManifestError::VariantNotMedia)
+        );
+        assert_eq!(
+            check_variant(b"<html></html>"),
+            Err(ManifestError::VariantNotMedia)
+        );
+        assert_eq!(
+            check_variant(live(1, 0).as_bytes()),
+            Err(ManifestError::NoSegments)
+        );
     }
 
     #[test]
     fn dash_mpd_parses() {
         assert_eq!(
             parse_manifest(MPD.as_bytes()),
-            Ok(Parsed::Dash(DashInfo { periods: 1, adaptation_sets: 1, dynamic: false }))
+            Ok(Parsed::Dash(DashInfo {
+                periods: 1,
+                adaptation_sets: 1,
+                dynamic: false
+            }))
         );
     }
 
     #[test]
     fn dash_without_period_or_adaptation_set_is_invalid() {
         let no_period = r#"<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="static" minBufferTime="PT2S"></MPD>"#;
-        assert_eq!(parse_manifest(no_period.as_bytes()), Err(ManifestError::NoPeriods));
+        assert_eq!(
+            parse_manifest(no_period.as_bytes()),
+            Err(ManifestError::NoPeriods)
+        );
         let no_as = r#"<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="dynamic"><Period id="1"></Period></MPD>"#;
-        assert_eq!(parse_manifest(no_as.as_bytes()), Err(ManifestError::NoAdaptationSets));
+        assert_eq!(
+            parse_manifest(no_as.as_bytes()),
+            Err(ManifestError::NoAdaptationSets)
+        );
         let broken = "<MPD><Period><AdaptationSet></Period>";
-        assert!(matches!(parse_manifest(broken.as_bytes()), Err(ManifestError::DashParse(_))));
-        assert_eq!(parse_manifest(b"<MPD \xff\xfe>"), Err(ManifestError::DashNotUtf8));
+        assert!(matches!(
+            parse_manifest(broken.as_bytes()),
+            Err(ManifestError::DashParse(_))
+        ));
+        assert_eq!(
+            parse_manifest(b"<MPD \xff\xfe>"),
+            Err(ManifestError::DashNotUtf8)
+        );
+    }
+
+    #[test]
+    fn dash_structure_rules() {
+        let dash = |s: &str| parse_manifest(s.as_bytes());
+        // Namespace prefix on the root, several periods, comments and a doctype.
+        let prefixed = r#"<?xml version="1.0"?><!-- live --><!DOCTYPE MPD [<!ENTITY x "y">]>
+            <mpd:MPD xmlns:mpd="urn:mpeg:dash:schema:mpd:2011" type="dynamic">
+              <mpd:Period id="1"><mpd:AdaptationSet/></mpd:Period>
+              <mpd:Period id="2"><mpd:AdaptationSet/><mpd:AdaptationSet/></mpd:Period>
+            </mpd:MPD>"#;
+        assert_eq!(
+            dash(prefixed),
+            Ok(Parsed::Dash(DashInfo {
+                periods: 2,
+                adaptation_sets: 3,
+                dynamic: true
+            }))
+        );
+        // AdaptationSet only counts inside MPD/Period.
+        let misplaced =
+            "<MPD><AdaptationSet/><Period/><Other><Period><AdaptationSet/></Period></Other></MPD>";
+        assert_eq!(dash(misplaced), Err(ManifestError::NoAdaptationSets));
+        let unclosed = "<MPD><Period><AdaptationSet/></Period>";
+        assert_eq!(
+            dash(unclosed),
+            Err(ManifestError::DashParse(
+                "unexpected end of document".into()
+            ))
+        );
+        let html = "<html><body><MPD/></body></html>";
+        assert_eq!(
+            dash(html),
+            Err(ManifestError::DashParse("root element is not MPD".into()))
+        );
+        let two_roots = "<MPD><Period><AdaptationSet/></Period></MPD><MPD/>";
+        assert_eq!(
+            dash(two_roots),
+            Err(ManifestError::DashParse(
+                "more than one root element".into()
+            ))
+        );
+        match dash("<MPD><Period><AdaptationSet></Period></MPD>") {
+            Err(ManifestError::DashParse(msg)) => assert!(msg.contains("AdaptationSet"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn other_bodies_are_not_manifests() {
-        for body in [&b""[..], b"<html><body>hi</body></html>", b"{\"ok\":true}", b"EXTM3U", b"\x00\x01"] {
-            assert_eq!(parse_manifest(body), Err(ManifestError::NotAManifest), "{body:?}");
+        for body in [
+            &b""[..],
+            b"<html><body>hi</body></html>",
+            b"{\"ok\":true}",
+            b"EXTM3U",
+            b"\x00\x01",
+        ] {
+            assert_eq!(
+                parse_manifest(body),
+                Err(ManifestError::NotAManifest),
+                "{body:?}"
+            );
         }
     }
 
     fn info(seq: u64, segments: usize) -> MediaInfo {
-        MediaInfo { media_sequence: seq, segments, target_duration_s: 6, ended: false }
+        MediaInfo {
+            media_sequence: seq,
+            segments,
+            target_duration_s: 6,
+            ended: false,
+        }
     }
 
     #[test]
@@ -514,7 +647,9 @@ mod tests {
         assert_eq!(t.observe("a", &info(118, 3), s(0)), None);
         assert_eq!(t.observe("a", &info(118, 3), s(6)), None);
         assert_eq!(t.observe("a", &info(118, 3), s(17)), None);
-        let stale = t.observe("a", &info(118, 3), s(18)).expect("stale at 3 × 6 s");
+        let stale = t
+            .observe("a", &info(118, 3), s(18))
+            .expect("stale at 3 × 6 s");
         assert_eq!(stale.to_string(), "media sequence stuck at 118 for 18 s");
         assert_eq!(stale.threshold, Duration::from_secs(18));
         // Moving again clears it and restarts the clock.
@@ -546,23 +681,38 @@ mod tests {
         let valid = |ended| {
             ManifestCheck::Valid(ManifestSummary {
                 kind: ManifestKind::HlsMaster,
-                media: Some(MediaInfo { ended, ..info(7, 2) }),
+                media: Some(MediaInfo {
+                    ended,
+                    ..info(7, 2)
+                }),
                 dash: None,
             })
         };
-        assert!(matches!(valid(false).with_staleness(&mut t, "s".into(), t0), ManifestCheck::Valid(_)));
+        assert!(matches!(
+            valid(false).with_staleness(&mut t, "s".into(), t0),
+            ManifestCheck::Valid(_)
+        ));
         let later = t0 + Duration::from_secs(30);
         match valid(false).with_staleness(&mut t, "s".into(), later) {
-            ManifestCheck::Stale(s) => assert_eq!(s.to_string(), "media sequence stuck at 7 for 30 s"),
+            ManifestCheck::Stale(s) => {
+                assert_eq!(s.to_string(), "media sequence stuck at 7 for 30 s")
+            }
             other => panic!("{other:?}"),
         }
         // VOD never goes stale and clears the memory.
-        assert!(matches!(valid(true).with_staleness(&mut t, "s".into(), later), ManifestCheck::Valid(_)));
+        assert!(matches!(
+            valid(true).with_staleness(&mut t, "s".into(), later),
+            ManifestCheck::Valid(_)
+        ));
         assert!(t.is_empty());
         let dash = ManifestCheck::Valid(ManifestSummary {
             kind: ManifestKind::Dash,
             media: None,
-            dash: Some(DashInfo { periods: 1, adaptation_sets: 1, dynamic: true }),
+            dash: Some(DashInfo {
+                periods: 1,
+                adaptation_sets: 1,
+                dynamic: true,
+            }),
         });
         assert_eq!(dash.clone().with_staleness(&mut t, "d".into(), later), dash);
     }

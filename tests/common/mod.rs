@@ -207,3 +207,79 @@ macro_rules! on_both_engines {
         )*
     };
 }
+
+/// The real `streamwatch` binary as a child process, for tests that need several processes
+/// or a SIGKILL. Killed when dropped.
+pub struct Process {
+    pub child: std::process::Child,
+    pub base: String,
+    pub data_dir: std::path::PathBuf,
+}
+
+impl Process {
+    /// Starts `streamwatch serve` on a free loopback port with `data_dir` and extra env, and
+    /// waits until `/healthz` answers.
+    pub async fn start(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Process {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"));
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "warn")
+            .env("STREAMWATCH_LISTEN", format!("127.0.0.1:{port}"))
+            .env("STREAMWATCH_DATA_DIR", data_dir)
+            .env("STREAMWATCH_AUTH_RATE_LIMIT", "off")
+            .env("STREAMWATCH_ALLOW_PRIVATE", "127.0.0.0/8")
+            .stdout(std::process::Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn streamwatch");
+        let p = Process { child, base: format!("http://127.0.0.1:{port}"), data_dir: data_dir.to_owned() };
+        let client = reqwest::Client::new();
+        for _ in 0..200 {
+            if let Ok(r) = client.get(p.url("/healthz")).send().await {
+                if r.status().is_success() {
+                    return p;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("streamwatch did not become healthy on {}", p.base);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Signs up and returns the session cookie value.
+    pub async fn sign_up(&self, email: &str) -> String {
+        let r = reqwest::Client::new()
+            .post(self.url("/api/auth/sign-up/email"))
+            .json(&json!({ "name": "Test User", "email": email, "password": "correct-horse-battery" }))
+            .send()
+            .await
+            .expect("sign up");
+        assert_eq!(r.status(), StatusCode::OK);
+        session_cookie_of(&r).expect("cookie")
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for a graceful exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

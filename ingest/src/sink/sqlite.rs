@@ -62,7 +62,7 @@ impl SqliteSink {
             // WAL at every commit, so an acknowledged batch survives those too. The
             // group-commit writer makes that one fsync per gathered write, not one
             // per request, so the cost is small.
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(if std::env::var("XP_OFF").is_ok() { SqliteSynchronous::Off } else { SqliteSynchronous::Full })
             .busy_timeout(Duration::from_secs(10))
             .pragma("temp_store", "memory")
             .pragma("cache_size", "-65536");
@@ -151,8 +151,13 @@ impl EventSink for SqliteSink {
         if rows.is_empty() {
             return Ok(());
         }
+        let per: usize = std::env::var("XP_PER").ok().and_then(|v| v.parse().ok()).unwrap_or(ROWS_PER_STATEMENT);
+        let mut sorted: Vec<&EventRow> = rows.iter().collect();
+        if std::env::var("XP_SORT").is_ok() {
+            sorted.sort_by(|a, b| (&*a.owner, &*a.session_id, a.ts_ms, a.event_type.as_str()).cmp(&(&*b.owner, &*b.session_id, b.ts_ms, b.event_type.as_str())));
+        }
         let mut tx = self.pool.begin().await.map_err(map_err)?;
-        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        for chunk in sorted.chunks(per) {
             let mut qb: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
                 "INSERT OR IGNORE INTO telemetry_events \
                  (owner, session_id, ts, type, payload, content_id) ",

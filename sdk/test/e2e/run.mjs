@@ -7,7 +7,7 @@
 //! temp files), E2E_MOCK_SERVER=1 (a node stand-in for streamwatch, to work on the SDK alone).
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -29,6 +29,25 @@ const CHROMIUM_ARGS = [
   '--autoplay-policy=no-user-gesture-required',
 ];
 const ORDER = ['playback_start', 'playback_pause', 'playback_resume', 'quality_change', 'session_end'];
+
+/**
+ * A player page on another origin than streamwatch (the SDK's real situation): it imports the
+ * bundle from streamwatch and posts to streamwatch's ingest route, so both need CORS.
+ */
+const THIRD_PARTY_PAGE = `<!doctype html><meta charset="utf-8"><title>third-party player</title>
+<script type="module">
+const q = new URLSearchParams(location.search);
+const sw = q.get('sw');
+try {
+  const { createTelemetry } = await import(sw + '/sdk/@service/player-sdk@0.1.0/dist/index.js');
+  const t = createTelemetry({ apiKey: q.get('key'), ingestUrl: sw + '/api/v1/telemetry', options: { debug: true } });
+  t.emit({ type: 'error', payload: { code: 'E2E_THIRD_PARTY', message: 'cross-origin probe', fatal: false } });
+  await t.end('ended');
+  window.__done = { sessionId: t.sessionId };
+} catch (e) {
+  window.__done = { failed: String(e && e.message) };
+}
+</script>`;
 
 const results = [];
 const diagnostics = [];
@@ -144,7 +163,14 @@ async function main() {
 
   const media = join(tmp, 'media');
   await check('ffmpeg makes an 8 s HLS VOD with 360p and 720p renditions', () => makeHls(media));
-  const statics = await serveStatic({ '/media': media, '/hls': join(sdkRoot, 'node_modules/hls.js/dist') });
+  const thirdParty = join(tmp, 'page');
+  mkdirSync(thirdParty);
+  writeFileSync(join(thirdParty, 'third-party.html'), THIRD_PARTY_PAGE);
+  const statics = await serveStatic({
+    '/media': media,
+    '/hls': join(sdkRoot, 'node_modules/hls.js/dist'),
+    '/page': thirdParty,
+  });
   cleanups.push(statics.close);
 
   const base = await check('streamwatch answers /healthz', () => startStreamwatch(join(tmp, 'data')));
@@ -287,6 +313,29 @@ async function main() {
     assert(types[0] === 'playback_start', `first event ${types[0]}`);
     const end = stored.filter((e) => e.type === 'session_end');
     assert(end.length === 1 && end[0].payload.reason === 'unloaded', `session_end ${JSON.stringify(end)}`);
+  });
+
+  await check('a player page on another origin loads the SDK from streamwatch and its batches are stored (CORS)', async () => {
+    const other = await browser.newPage();
+    other.on('console', (m) => logs.push(`[third-party console.${m.type()}] ${m.text()}`));
+    await other.goto(`${statics.url}/page/third-party.html?${new URLSearchParams({ sw: base, key })}`);
+    const done = await other.waitForFunction(() => window.__done, null, { timeout: 15_000 }).then((h) => h.jsonValue());
+    assert(!done.failed, `importing the SDK cross-origin failed: ${done.failed} (needs Access-Control-Allow-Origin on /sdk/)`);
+    const stored = await waitFor(
+      'the third-party session',
+      async () => {
+        const r = await api(base, 'GET', `/api/v1/telemetry/sessions/${encodeURIComponent(done.sessionId)}/events`, { cookie });
+        return r.status === 200 && r.json.items.length >= 2 && r.json.items;
+      },
+      10_000,
+      500,
+    ).catch(() => {
+      throw new Error('nothing stored: the cross-origin POST (CORS preflight on /api/v1/telemetry) was refused');
+    });
+    assert(
+      stored.map((e) => e.type).join() === 'error,session_end',
+      `stored ${stored.map((e) => e.type).join(', ')}`,
+    );
   });
 }
 

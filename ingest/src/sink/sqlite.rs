@@ -62,7 +62,7 @@ impl SqliteSink {
             // WAL at every commit, so an acknowledged batch survives those too. The
             // group-commit writer makes that one fsync per gathered write, not one
             // per request, so the cost is small.
-            .synchronous(if std::env::var("XP_OFF").is_ok() { SqliteSynchronous::Off } else { SqliteSynchronous::Full })
+            .synchronous(if std::env::var("XP_OFF").is_ok() { SqliteSynchronous::Off } else if std::env::var("XP_NORMAL").is_ok() { SqliteSynchronous::Normal } else { SqliteSynchronous::Full })
             .busy_timeout(Duration::from_secs(10))
             .pragma("temp_store", "memory")
             .pragma("cache_size", "-65536");

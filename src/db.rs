@@ -95,9 +95,12 @@ impl Db {
                     .acquire_timeout(Duration::from_secs(10))
                     .after_connect(|conn, _| {
                         Box::pin(async move {
+                            // mmap and a larger page cache keep hot index pages (the
+                            // probe history is hundreds of MB) out of per-read copies.
                             conn.execute(
                                 "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
-                                 PRAGMA synchronous = NORMAL;",
+                                 PRAGMA synchronous = NORMAL; PRAGMA mmap_size = 268435456; \
+                                 PRAGMA cache_size = -16384;",
                             )
                             .await?;
                             Ok(())
@@ -109,6 +112,10 @@ impl Db {
         };
         let db = Db { pool, engine };
         db.migrate().await?;
+        if engine == Engine::Sqlite {
+            // Gives the query planner fresh statistics; cheap when nothing changed.
+            sqlx::raw_sql("PRAGMA optimize = 0x10002").execute(&db.pool).await?;
+        }
         Ok(db)
     }
 

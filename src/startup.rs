@@ -69,6 +69,13 @@ impl Server {
         if let Some(DatabaseUrl::Postgres(url)) = &config.database_url {
             tasks.spawn(key_cache.run_listener(url.clone(), stop_rx.clone()));
         }
+        let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
+            .context("cannot start the prober")?;
+        tasks.spawn(scheduler.run(stop_rx.clone()));
+        tasks.spawn(crate::prober::retention::run(
+            crate::probes::Probes::new(db.clone()),
+            stop_rx.clone(),
+        ));
 
         let listener = TcpListener::bind(config.listen)
             .await

@@ -12,6 +12,11 @@
 //!
 //! Request path: `parse_batch(&mut body)` → check `batch.api_key` against the
 //! bearer → `batch.into_rows(owner)` → `writer_handle.submit(rows).await` → 204.
+//!
+//! Tests: `cargo test -p ingest` needs a ClickHouse at `CLICKHOUSE_URL` (default
+//! `http://127.0.0.1:8123`; `ingest/scripts/start-clickhouse.sh` installs and starts
+//! Debian's 18.16). Every ClickHouse test uses a fresh random database; SQLite
+//! tests use temp files. Golden wire fixtures live in `ingest/fixtures/`.
 
 pub mod row;
 pub mod sink;
@@ -22,8 +27,8 @@ pub mod writer;
 
 pub use row::EventRow;
 pub use sink::{
-    ClickHouseConfig, ClickHouseSink, EventSink, SessionSummary, SinkError, SqliteSink,
-    StoredEvent, TypeCounts,
+    ClickHouseConfig, ClickHouseSink, Durability, EventSink, SessionSummary, SinkError,
+    SqliteOptions, SqliteSink, StoredEvent, TypeCounts,
 };
 pub use validate::{
     body_too_large, parse_batch, Field, ValidationErrors, MAX_BODY_BYTES, MAX_EVENTS,

@@ -15,8 +15,11 @@
 use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::cell::RefCell;
+
 use simd_json::prelude::*;
-use simd_json::BorrowedValue as Value;
+use simd_json::tape::{Object, Value};
+use simd_json::Buffers;
 
 use crate::time::parse_iso8601_ms;
 use crate::wire::{Batch, EndReason, Event, EventType, Payload};
@@ -165,15 +168,23 @@ pub fn parse_batch(body: &mut [u8]) -> Result<Batch, ValidationErrors> {
     if body.len() > MAX_BODY_BYTES {
         return Err(body_too_large());
     }
-    let value = match simd_json::to_borrowed_value(body) {
-        Ok(v) => v,
-        Err(_) => return Err(ValidationErrors::single(Field::Events, MSG_INVALID_JSON)),
-    };
-    validate_value(&value)
+    // simd-json's scratch buffers are reused per thread: parsing then allocates
+    // little beyond the tape, and the tape (not a DOM of hash maps) is walked.
+    thread_local! {
+        static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::new(64 * 1024));
+    }
+    BUFFERS.with(|buffers| {
+        let mut buffers = buffers.borrow_mut();
+        let tape = match simd_json::to_tape_with_buffers(body, &mut buffers) {
+            Ok(t) => t,
+            Err(_) => return Err(ValidationErrors::single(Field::Events, MSG_INVALID_JSON)),
+        };
+        validate_value(tape.as_value())
+    })
 }
 
-/// Validates an already parsed JSON document.
-pub fn validate_value(value: &Value<'_>) -> Result<Batch, ValidationErrors> {
+/// Validates a parsed JSON document.
+fn validate_value(value: Value<'_, '_>) -> Result<Batch, ValidationErrors> {
     let Some(root) = value.as_object() else {
         return Err(ValidationErrors::single(
             Field::Events,
@@ -182,13 +193,13 @@ pub fn validate_value(value: &Value<'_>) -> Result<Batch, ValidationErrors> {
     };
     let mut errors = ValidationErrors::default();
 
-    let api_key = non_empty_string(root.get("apiKey"))
+    let api_key = non_empty_string(get(&root, "apiKey"))
         .map_err(|m| errors.set(Field::ApiKey, m))
         .ok();
-    let session_id = non_empty_string(root.get("sessionId"))
+    let session_id = non_empty_string(get(&root, "sessionId"))
         .map_err(|m| errors.set(Field::SessionId, m))
         .ok();
-    let events = events(root.get("events"))
+    let events = events(get(&root, "events"))
         .map_err(|m| errors.set(Field::Events, m))
         .ok();
 
@@ -202,8 +213,19 @@ pub fn validate_value(value: &Value<'_>) -> Result<Batch, ValidationErrors> {
     }
 }
 
+/// The value of `key`; the last one when a key repeats, as `JSON.parse` does.
+fn get<'t, 'i>(obj: &Object<'t, 'i>, key: &str) -> Option<Value<'t, 'i>> {
+    let mut found = None;
+    for (k, v) in obj.iter() {
+        if k == key {
+            found = Some(v);
+        }
+    }
+    found
+}
+
 /// zod's name for a JSON value's type.
-fn type_name(v: &Value<'_>) -> &'static str {
+fn type_name(v: Value<'_, '_>) -> &'static str {
     if v.is_null() {
         "null"
     } else if v.is_bool() {
@@ -220,18 +242,18 @@ fn type_name(v: &Value<'_>) -> &'static str {
 }
 
 /// zod's `invalid_type` message.
-fn invalid_type(expected: &str, got: &Value<'_>) -> String {
+fn invalid_type(expected: &str, got: Value<'_, '_>) -> String {
     format!("Expected {expected}, received {}", type_name(got))
 }
 
 const REQUIRED: &str = "Required";
 
-fn string<'v>(v: Option<&'v Value<'_>>) -> Result<&'v str, String> {
+fn string<'i>(v: Option<Value<'_, 'i>>) -> Result<&'i str, String> {
     let v = v.ok_or_else(|| REQUIRED.to_owned())?;
-    v.as_str().ok_or_else(|| invalid_type("string", v))
+    simd_json::prelude::ValueIntoString::into_string(v).ok_or_else(|| invalid_type("string", v))
 }
 
-fn non_empty_string<'v>(v: Option<&'v Value<'_>>) -> Result<&'v str, String> {
+fn non_empty_string<'i>(v: Option<Value<'_, 'i>>) -> Result<&'i str, String> {
     let s = string(v)?;
     if s.is_empty() {
         return Err("String must contain at least 1 character(s)".to_owned());
@@ -239,7 +261,7 @@ fn non_empty_string<'v>(v: Option<&'v Value<'_>>) -> Result<&'v str, String> {
     Ok(s)
 }
 
-fn number(v: Option<&Value<'_>>) -> Result<f64, String> {
+fn number(v: Option<Value<'_, '_>>) -> Result<f64, String> {
     let v = v.ok_or_else(|| REQUIRED.to_owned())?;
     if !v.is_number() {
         return Err(invalid_type("number", v));
@@ -247,7 +269,7 @@ fn number(v: Option<&Value<'_>>) -> Result<f64, String> {
     v.cast_f64().ok_or_else(|| invalid_type("number", v))
 }
 
-fn boolean(v: Option<&Value<'_>>) -> Result<bool, String> {
+fn boolean(v: Option<Value<'_, '_>>) -> Result<bool, String> {
     let v = v.ok_or_else(|| REQUIRED.to_owned())?;
     v.as_bool().ok_or_else(|| invalid_type("boolean", v))
 }
@@ -266,7 +288,7 @@ fn join_options<'a>(options: impl Iterator<Item = &'a str>) -> String {
 
 /// A `z.enum([...])` check.
 fn enumeration<'a, T: Copy>(
-    v: Option<&Value<'_>>,
+    v: Option<Value<'_, '_>>,
     options: &'a [T],
     name: impl Fn(T) -> &'a str,
 ) -> Result<T, String> {
@@ -282,7 +304,7 @@ fn enumeration<'a, T: Copy>(
         .ok_or_else(|| format!("Invalid enum value. Expected {}, received '{s}'", joined()))
 }
 
-fn events(v: Option<&Value<'_>>) -> Result<Vec<Event>, String> {
+fn events(v: Option<Value<'_, '_>>) -> Result<Vec<Event>, String> {
     let v = v.ok_or_else(|| REQUIRED.to_owned())?;
     let items = v.as_array().ok_or_else(|| invalid_type("array", v))?;
     if items.is_empty() {
@@ -316,18 +338,17 @@ fn at(path: &str) -> impl Fn(String) -> EventIssue + '_ {
     move |m| (path.to_owned(), m)
 }
 
-fn event(v: &Value<'_>) -> Result<Event, EventIssue> {
+fn event(v: Value<'_, '_>) -> Result<Event, EventIssue> {
     let obj = v
         .as_object()
         .ok_or_else(|| (String::new(), invalid_type("object", v)))?;
     let event_type =
-        enumeration(obj.get("type"), &EventType::ALL, EventType::as_str).map_err(at("type"))?;
-    let ts = string(obj.get("ts")).map_err(at("ts"))?;
+        enumeration(get(&obj, "type"), &EventType::ALL, EventType::as_str).map_err(at("type"))?;
+    let ts = string(get(&obj, "ts")).map_err(at("ts"))?;
     let ts_ms =
         parse_iso8601_ms(ts).ok_or_else(|| ("ts".to_owned(), "Invalid datetime".to_owned()))?;
-    let payload = obj
-        .get("payload")
-        .ok_or_else(|| ("payload".to_owned(), REQUIRED.to_owned()))?;
+    let payload =
+        get(&obj, "payload").ok_or_else(|| ("payload".to_owned(), REQUIRED.to_owned()))?;
     let p = payload
         .as_object()
         .ok_or_else(|| ("payload".to_owned(), invalid_type("object", payload)))?;
@@ -335,9 +356,9 @@ fn event(v: &Value<'_>) -> Result<Event, EventIssue> {
     let field = |name: &'static str| move |m: String| (format!("payload.{name}"), m);
     let payload = match event_type {
         EventType::PlaybackStart => Payload::PlaybackStart {
-            position_ms: number(p.get("positionMs")).map_err(field("positionMs"))?,
-            duration_ms: number(p.get("durationMs")).map_err(field("durationMs"))?,
-            content_id: string(p.get("contentId"))
+            position_ms: number(get(&p, "positionMs")).map_err(field("positionMs"))?,
+            duration_ms: number(get(&p, "durationMs")).map_err(field("durationMs"))?,
+            content_id: string(get(&p, "contentId"))
                 .map_err(field("contentId"))?
                 .to_owned(),
         },
@@ -345,8 +366,8 @@ fn event(v: &Value<'_>) -> Result<Event, EventIssue> {
         | EventType::PlaybackResume
         | EventType::RebufferStart
         | EventType::RebufferEnd => {
-            let position_ms = number(p.get("positionMs")).map_err(field("positionMs"))?;
-            let buffered_ms = number(p.get("bufferedMs")).map_err(field("bufferedMs"))?;
+            let position_ms = number(get(&p, "positionMs")).map_err(field("positionMs"))?;
+            let buffered_ms = number(get(&p, "bufferedMs")).map_err(field("bufferedMs"))?;
             match event_type {
                 EventType::PlaybackPause => Payload::PlaybackPause {
                     position_ms,
@@ -367,21 +388,21 @@ fn event(v: &Value<'_>) -> Result<Event, EventIssue> {
             }
         }
         EventType::QualityChange => Payload::QualityChange {
-            from: string(p.get("from")).map_err(field("from"))?.to_owned(),
-            to: string(p.get("to")).map_err(field("to"))?.to_owned(),
-            bitrate: number(p.get("bitrate")).map_err(field("bitrate"))?,
+            from: string(get(&p, "from")).map_err(field("from"))?.to_owned(),
+            to: string(get(&p, "to")).map_err(field("to"))?.to_owned(),
+            bitrate: number(get(&p, "bitrate")).map_err(field("bitrate"))?,
         },
         EventType::Error => Payload::Error {
-            code: string(p.get("code")).map_err(field("code"))?.to_owned(),
-            message: string(p.get("message"))
+            code: string(get(&p, "code")).map_err(field("code"))?.to_owned(),
+            message: string(get(&p, "message"))
                 .map_err(field("message"))?
                 .to_owned(),
-            fatal: boolean(p.get("fatal")).map_err(field("fatal"))?,
+            fatal: boolean(get(&p, "fatal")).map_err(field("fatal"))?,
         },
         EventType::SessionEnd => Payload::SessionEnd {
-            reason: enumeration(p.get("reason"), &EndReason::ALL, EndReason::as_str)
+            reason: enumeration(get(&p, "reason"), &EndReason::ALL, EndReason::as_str)
                 .map_err(field("reason"))?,
-            duration_ms: number(p.get("durationMs")).map_err(field("durationMs"))?,
+            duration_ms: number(get(&p, "durationMs")).map_err(field("durationMs"))?,
         },
     };
     Ok(Event { ts_ms, payload })
@@ -394,13 +415,20 @@ mod tests {
 
     const TS: &str = "2024-05-01T12:34:56.789Z";
 
+    /// (type, complete payload, [(field, JSON type)]).
+    type Case = (&'static str, J, Vec<(&'static str, &'static str)>);
+
     /// Every event type with a complete payload, and the JSON type of each field.
-    fn complete() -> Vec<(&'static str, J, Vec<(&'static str, &'static str)>)> {
+    fn complete() -> Vec<Case> {
         vec![
             (
                 "playback_start",
                 json!({"positionMs": 0, "durationMs": 3600000, "contentId": "movie-1"}),
-                vec![("positionMs", "number"), ("durationMs", "number"), ("contentId", "string")],
+                vec![
+                    ("positionMs", "number"),
+                    ("durationMs", "number"),
+                    ("contentId", "string"),
+                ],
             ),
             (
                 "playback_pause",
@@ -430,7 +458,11 @@ mod tests {
             (
                 "error",
                 json!({"code": "MEDIA_ERR_DECODE", "message": "decode failed", "fatal": false}),
-                vec![("code", "string"), ("message", "string"), ("fatal", "boolean")],
+                vec![
+                    ("code", "string"),
+                    ("message", "string"),
+                    ("fatal", "boolean"),
+                ],
             ),
             (
                 "session_end",
@@ -472,7 +504,10 @@ mod tests {
 
     #[test]
     fn accepts_every_event_type_with_all_fields() {
-        let events: Vec<J> = complete().into_iter().map(|(t, p, _)| event(t, p)).collect();
+        let events: Vec<J> = complete()
+            .into_iter()
+            .map(|(t, p, _)| event(t, p))
+            .collect();
         let batch = run(&body_with(J::Array(events))).expect("valid");
         assert_eq!(batch.api_key, "svc_key");
         assert_eq!(batch.session_id, "sess-1");
@@ -499,7 +534,10 @@ mod tests {
         );
         assert_eq!(
             batch.events[7].payload,
-            Payload::SessionEnd { reason: EndReason::Ended, duration_ms: 3_600_000.0 }
+            Payload::SessionEnd {
+                reason: EndReason::Ended,
+                duration_ms: 3_600_000.0
+            }
         );
     }
 
@@ -507,8 +545,7 @@ mod tests {
     fn stored_payload_round_trips_the_known_fields() {
         for (t, p, _) in complete() {
             let batch = run(&body_with(json!([event(t, p.clone())]))).expect("valid");
-            let stored: J =
-                serde_json::from_str(&batch.events[0].payload.to_json()).expect("json");
+            let stored: J = serde_json::from_str(&batch.events[0].payload.to_json()).expect("json");
             assert_eq!(stored, p, "{t}");
         }
     }
@@ -581,7 +618,10 @@ mod tests {
     #[test]
     fn accepts_every_session_end_reason() {
         for r in ["ended", "unloaded", "error"] {
-            let body = body_with(json!([event("session_end", json!({"reason": r, "durationMs": 1}))]));
+            let body = body_with(json!([event(
+                "session_end",
+                json!({"reason": r, "durationMs": 1})
+            )]));
             assert!(run(&body).is_ok(), "{r}");
         }
     }
@@ -596,12 +636,21 @@ mod tests {
             }]
         });
         let batch = run(&body).expect("valid");
-        assert_eq!(batch.events[0].payload.to_json(), r#"{"positionMs":1.5,"bufferedMs":2}"#);
+        assert_eq!(
+            batch.events[0].payload.to_json(),
+            r#"{"positionMs":1.5,"bufferedMs":2}"#
+        );
     }
 
     #[test]
     fn accepts_numbers_of_every_json_form() {
-        for n in [json!(0), json!(-5), json!(1.25), json!(1e3), json!(18446744073709551615u64)] {
+        for n in [
+            json!(0),
+            json!(-5),
+            json!(1.25),
+            json!(1e3),
+            json!(18446744073709551615u64),
+        ] {
             let body = body_with(json!([event(
                 "playback_pause",
                 json!({"positionMs": n, "bufferedMs": 0})
@@ -612,7 +661,10 @@ mod tests {
             r#"{"apiKey":"k","sessionId":"s","events":[{"type":"rebuffer_end","ts":"2024-05-01T12:34:56Z","payload":{"positionMs":1E2,"bufferedMs":-0.5}}]}"#,
         )
         .expect("valid");
-        assert_eq!(batch.events[0].payload.to_json(), r#"{"positionMs":100,"bufferedMs":-0.5}"#);
+        assert_eq!(
+            batch.events[0].payload.to_json(),
+            r#"{"positionMs":100,"bufferedMs":-0.5}"#
+        );
     }
 
     #[test]
@@ -633,7 +685,9 @@ mod tests {
         let body = body_with(json!([{"type": 3, "ts": TS, "payload": {}}]));
         assert_eq!(
             err(&body),
-            events_err(&format!("events.0.type: Expected {ENUM_TYPES}, received number"))
+            events_err(&format!(
+                "events.0.type: Expected {ENUM_TYPES}, received number"
+            ))
         );
     }
 
@@ -642,10 +696,16 @@ mod tests {
         let p = json!({"positionMs": 1, "bufferedMs": 2});
         let cases: Vec<(J, &str)> = vec![
             (J::Null, "events.0.ts: Expected string, received null"),
-            (json!(1714566896789u64), "events.0.ts: Expected string, received number"),
+            (
+                json!(1714566896789u64),
+                "events.0.ts: Expected string, received number",
+            ),
             (json!("2024-05-01"), "events.0.ts: Invalid datetime"),
             (json!("yesterday"), "events.0.ts: Invalid datetime"),
-            (json!("2024-02-30T00:00:00Z"), "events.0.ts: Invalid datetime"),
+            (
+                json!("2024-02-30T00:00:00Z"),
+                "events.0.ts: Invalid datetime",
+            ),
             (json!(""), "events.0.ts: Invalid datetime"),
         ];
         for (ts, msg) in cases {
@@ -671,17 +731,29 @@ mod tests {
         let body = body_with(json!([{"type": "playback_pause", "ts": TS}]));
         assert_eq!(err(&body), events_err("events.0.payload: Required"));
         let body = body_with(json!([{"type": "playback_pause", "ts": TS, "payload": [1]}]));
-        assert_eq!(err(&body), events_err("events.0.payload: Expected object, received array"));
+        assert_eq!(
+            err(&body),
+            events_err("events.0.payload: Expected object, received array")
+        );
         let body = body_with(json!([{"type": "playback_pause", "ts": TS, "payload": null}]));
-        assert_eq!(err(&body), events_err("events.0.payload: Expected object, received null"));
+        assert_eq!(
+            err(&body),
+            events_err("events.0.payload: Expected object, received null")
+        );
         let body = body_with(json!(["playback_pause"]));
-        assert_eq!(err(&body), events_err("events.0: Expected object, received string"));
+        assert_eq!(
+            err(&body),
+            events_err("events.0: Expected object, received string")
+        );
     }
 
     #[test]
     fn reports_first_bad_event_with_its_index() {
         let good = event("playback_pause", json!({"positionMs": 1, "bufferedMs": 2}));
-        let bad1 = event("playback_pause", json!({"positionMs": "1", "bufferedMs": 2}));
+        let bad1 = event(
+            "playback_pause",
+            json!({"positionMs": "1", "bufferedMs": 2}),
+        );
         let bad2 = event("playback_pause", json!({"positionMs": 1}));
         let body = body_with(json!([good.clone(), good.clone(), good, bad1, bad2]));
         assert_eq!(
@@ -713,6 +785,50 @@ mod tests {
                 "sessionId": "String must contain at least 1 character(s)"
             }})
         );
+    }
+
+    #[test]
+    fn repeated_keys_take_the_last_value_like_json_parse() {
+        let raw = r#"{"apiKey":"k","apiKey":"","sessionId":"s","events":[{"type":"error","ts":"2024-05-01T12:34:56Z","payload":{"code":1,"code":"c","message":"m","fatal":true}}]}"#;
+        assert_eq!(
+            run_raw(raw).expect_err("empty apiKey wins").to_json(),
+            json!({"errors": {"apiKey": "String must contain at least 1 character(s)"}})
+        );
+        let raw = r#"{"apiKey":"","apiKey":"k","sessionId":"s","events":[{"type":"error","ts":"2024-05-01T12:34:56Z","payload":{"code":1,"code":"c","message":"m","fatal":true}}]}"#;
+        let batch = run_raw(raw).expect("last values are valid");
+        assert_eq!(batch.api_key, "k");
+    }
+
+    #[test]
+    fn parses_escaped_strings() {
+        let raw = r#"{"apiKey":"k\u0041","sessionId":"s\"1\\","events":[{"type":"error","ts":"2024-05-01T12:34:56Z","payload":{"code":"\u00e9\ud83d\ude00","message":"a\nb","fatal":false}}]}"#;
+        let batch = run_raw(raw).expect("valid");
+        assert_eq!(batch.api_key, "kA");
+        assert_eq!(batch.session_id, "s\"1\\");
+        assert_eq!(
+            batch.events[0].payload,
+            Payload::Error {
+                code: "é😀".into(),
+                message: "a\nb".into(),
+                fatal: false
+            }
+        );
+    }
+
+    #[test]
+    fn parses_many_bodies_on_one_thread() {
+        // The per-thread simd-json buffers are reused across calls of any size.
+        for n in [1usize, 1000, 3, 500, 1] {
+            let e = event("playback_pause", json!({"positionMs": 1, "bufferedMs": 2}));
+            assert_eq!(
+                run(&body_with(J::Array(vec![e; n])))
+                    .expect("valid")
+                    .events
+                    .len(),
+                n
+            );
+            assert!(run_raw("{").is_err());
+        }
     }
 
     #[test]
@@ -771,12 +887,22 @@ mod tests {
         let ok = body_with(J::Array(vec![e.clone(); MAX_EVENTS]));
         assert_eq!(run(&ok).expect("valid").events.len(), 1000);
         let too_many = body_with(J::Array(vec![e; MAX_EVENTS + 1]));
-        assert_eq!(err(&too_many), events_err("Array must contain at most 1000 element(s)"));
+        assert_eq!(
+            err(&too_many),
+            events_err("Array must contain at most 1000 element(s)")
+        );
     }
 
     #[test]
     fn rejects_malformed_json() {
-        for raw in ["", "{", "{\"apiKey\":", "not json", "{\"a\":1,}", "\u{feff}{}"] {
+        for raw in [
+            "",
+            "{",
+            "{\"apiKey\":",
+            "not json",
+            "{\"a\":1,}",
+            "\u{feff}{}",
+        ] {
             assert_eq!(
                 run_raw(raw).expect_err(raw).to_json(),
                 events_err("Invalid JSON"),

@@ -45,7 +45,7 @@ impl Default for WriterConfig {
 /// One request's rows and the channel its outcome is reported on.
 struct Job {
     rows: Vec<EventRow>,
-    ack: oneshot::Sender<Result<(), SinkError>>,
+    ack: Ack,
 }
 
 /// Cloneable submission side of the writer, held by request handlers.
@@ -130,12 +130,11 @@ impl BatchWriter {
     }
 }
 
-/// Outcome of one sink write, with the submitters it answers.
-type Done = (
-    Vec<oneshot::Sender<Result<(), SinkError>>>,
-    Result<(), SinkError>,
-    usize,
-);
+/// Where one submitter's outcome is sent.
+type Ack = oneshot::Sender<Result<(), SinkError>>;
+
+/// Outcome of one sink write, with the submitters it answers and its row count.
+type Done = (Vec<Ack>, Result<(), SinkError>, usize);
 
 async fn run(
     sink: Arc<dyn EventSink>,
@@ -190,7 +189,7 @@ fn gather(
     rx: &mut mpsc::Receiver<Job>,
     carry: &mut Option<Job>,
     max_rows: usize,
-) -> Option<(Vec<EventRow>, Vec<oneshot::Sender<Result<(), SinkError>>>)> {
+) -> Option<(Vec<EventRow>, Vec<Ack>)> {
     let first = match carry.take() {
         Some(job) => job,
         None => rx.try_recv().ok()?,
@@ -259,7 +258,10 @@ mod tests {
             if rows.iter().any(|r| r.ts_ms == 666) {
                 return Err(SinkError::Retryable("boom".into()));
             }
-            self.writes.lock().expect("lock").push(rows.iter().map(|r| r.ts_ms).collect());
+            self.writes
+                .lock()
+                .expect("lock")
+                .push(rows.iter().map(|r| r.ts_ms).collect());
             Ok(())
         }
         async fn sessions(&self, _: &str, _: u32) -> Result<Vec<SessionSummary>, SinkError> {
@@ -307,7 +309,10 @@ mod tests {
         let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
         let start = std::time::Instant::now();
         writer.handle().submit(rows(&[1, 2])).await.expect("ok");
-        assert!(start.elapsed() < Duration::from_millis(50), "no fixed delay");
+        assert!(
+            start.elapsed() < Duration::from_millis(50),
+            "no fixed delay"
+        );
         assert_eq!(*sink.writes.lock().expect("lock"), vec![vec![1, 2]]);
         writer.shutdown().await;
     }
@@ -327,10 +332,15 @@ mod tests {
         let mut waiting = Vec::new();
         for i in 1..=10 {
             let h = h.clone();
-            waiting.push(tokio::spawn(async move { h.submit(rows(&[i * 10, i * 10 + 1])).await }));
+            waiting.push(tokio::spawn(async move {
+                h.submit(rows(&[i * 10, i * 10 + 1])).await
+            }));
         }
         settle().await;
-        assert!(sink.writes.lock().expect("lock").is_empty(), "nothing acknowledged yet");
+        assert!(
+            sink.writes.lock().expect("lock").is_empty(),
+            "nothing acknowledged yet"
+        );
         sink.gate.notify_one();
         first.await.expect("join").expect("first ok");
         for w in waiting {
@@ -339,7 +349,11 @@ mod tests {
         let writes = sink.writes.lock().expect("lock").clone();
         assert_eq!(writes.len(), 2, "{writes:?}");
         assert_eq!(writes[0], vec![0]);
-        assert_eq!(writes[1].len(), 20, "all ten gathered into the second write");
+        assert_eq!(
+            writes[1].len(),
+            20,
+            "all ten gathered into the second write"
+        );
         writer.shutdown().await;
     }
 
@@ -348,7 +362,10 @@ mod tests {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(
             sink.clone(),
-            WriterConfig { max_rows_per_write: 4, ..WriterConfig::default() },
+            WriterConfig {
+                max_rows_per_write: 4,
+                ..WriterConfig::default()
+            },
         );
         let h = writer.handle();
         let first = tokio::spawn({
@@ -371,11 +388,18 @@ mod tests {
             .into_iter()
             .map(|r| r.expect("join"))
             .collect();
-        assert!(results[0].as_ref().is_err_and(|e| e.is_retryable()), "{results:?}");
+        assert!(
+            results[0].as_ref().is_err_and(|e| e.is_retryable()),
+            "{results:?}"
+        );
         assert!(results[1].is_err(), "{results:?}");
         assert!(results[2].is_ok(), "{results:?}");
         let writes = sink.writes.lock().expect("lock").clone();
-        assert_eq!(writes, vec![vec![1], vec![5, 6]], "failed rows not recorded as stored");
+        assert_eq!(
+            writes,
+            vec![vec![1], vec![5, 6]],
+            "failed rows not recorded as stored"
+        );
         writer.shutdown().await;
     }
 
@@ -384,7 +408,10 @@ mod tests {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(
             sink.clone(),
-            WriterConfig { max_rows_per_write: 5, ..WriterConfig::default() },
+            WriterConfig {
+                max_rows_per_write: 5,
+                ..WriterConfig::default()
+            },
         );
         let h = writer.handle();
         let first = tokio::spawn({
@@ -395,7 +422,9 @@ mod tests {
         let mut hs = Vec::new();
         for i in 0..6 {
             let h = h.clone();
-            hs.push(tokio::spawn(async move { h.submit(rows(&[i, i, i])).await }));
+            hs.push(tokio::spawn(
+                async move { h.submit(rows(&[i, i, i])).await },
+            ));
         }
         // A submission larger than the cap is written alone.
         let big = tokio::spawn({
@@ -410,8 +439,17 @@ mod tests {
         }
         big.await.expect("join").expect("ok");
         let writes = sink.writes.lock().expect("lock").clone();
-        assert!(writes.iter().skip(1).all(|w| w.len() % 3 == 0 || w.len() == 7), "{writes:?}");
-        assert!(writes.iter().all(|w| w.len() <= 5 || w.len() == 7), "{writes:?}");
+        assert!(
+            writes
+                .iter()
+                .skip(1)
+                .all(|w| w.len() % 3 == 0 || w.len() == 7),
+            "{writes:?}"
+        );
+        assert!(
+            writes.iter().all(|w| w.len() <= 5 || w.len() == 7),
+            "{writes:?}"
+        );
         assert_eq!(writes.iter().map(Vec::len).sum::<usize>(), 1 + 18 + 7);
         writer.shutdown().await;
     }
@@ -444,10 +482,16 @@ mod tests {
 
     #[tokio::test]
     async fn several_writes_in_flight_when_configured() {
-        let sink = Arc::new(MockSink { delay_ms: 200, ..MockSink::default() });
+        let sink = Arc::new(MockSink {
+            delay_ms: 200,
+            ..MockSink::default()
+        });
         let writer = BatchWriter::spawn(
             sink.clone(),
-            WriterConfig { max_in_flight: 3, ..WriterConfig::default() },
+            WriterConfig {
+                max_in_flight: 3,
+                ..WriterConfig::default()
+            },
         );
         let mut hs = Vec::new();
         for i in 0..6 {

@@ -14,7 +14,10 @@ type Sink = Arc<dyn EventSink>;
 
 /// (ts offset, type) pairs of stored events, for compact assertions.
 fn keys(events: &[StoredEvent]) -> Vec<(i64, EventType)> {
-    events.iter().map(|e| (e.ts_ms - T0, e.event_type)).collect()
+    events
+        .iter()
+        .map(|e| (e.ts_ms - T0, e.event_type))
+        .collect()
 }
 
 async fn stores_and_reads_back_events_in_ts_order(sink: Sink) {
@@ -41,7 +44,10 @@ async fn repeated_batch_is_stored_once(sink: Sink) {
     sink.write(&rows).await.expect("first");
     sink.write(&rows).await.expect("second");
     sink.write(&rows).await.expect("third");
-    assert_eq!(sink.session_events("u1", "s1").await.expect("read").len(), 50);
+    assert_eq!(
+        sink.session_events("u1", "s1").await.expect("read").len(),
+        50
+    );
     let sessions = sink.sessions("u1", 10).await.expect("sessions");
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0].event_count, 50);
@@ -59,15 +65,23 @@ async fn overlapping_batches_store_each_key_once(sink: Sink) {
 
 fn sink_rows_as_events(rows: &[ingest::EventRow]) -> Vec<StoredEvent> {
     rows.iter()
-        .map(|r| StoredEvent { event_type: r.event_type, ts_ms: r.ts_ms, payload: r.payload.clone() })
+        .map(|r| StoredEvent {
+            event_type: r.event_type,
+            ts_ms: r.ts_ms,
+            payload: r.payload.clone(),
+        })
         .collect()
 }
 
 async fn first_stored_row_of_a_key_wins(sink: Sink) {
     let first = row("u1", "s1", 0, EventType::PlaybackPause, 1.0);
     let second = row("u1", "s1", 0, EventType::PlaybackPause, 2.0);
-    sink.write(std::slice::from_ref(&first)).await.expect("first");
-    sink.write(std::slice::from_ref(&second)).await.expect("second");
+    sink.write(std::slice::from_ref(&first))
+        .await
+        .expect("first");
+    sink.write(std::slice::from_ref(&second))
+        .await
+        .expect("second");
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, first.payload);
@@ -93,22 +107,54 @@ async fn duplicates_within_one_write_keep_the_first(sink: Sink) {
 }
 
 async fn same_key_differing_only_in_type_is_kept(sink: Sink) {
-    let rows: Vec<_> = EventType::ALL.iter().map(|t| row("u1", "s1", 0, *t, 0.0)).collect();
+    let rows: Vec<_> = EventType::ALL
+        .iter()
+        .map(|t| row("u1", "s1", 0, *t, 0.0))
+        .collect();
     sink.write(&rows).await.expect("write");
     let events = sink.session_events("u1", "s1").await.expect("read");
     let mut names: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
     names.sort_unstable();
-    assert_eq!(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), names);
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect::<Vec<_>>(),
+        names
+    );
 }
 
 async fn owners_never_see_each_others_rows(sink: Sink) {
-    sink.write(&session_rows("alice", "shared", 0, 10)).await.expect("alice");
-    sink.write(&session_rows("bob", "shared", 0, 4)).await.expect("bob");
-    sink.write(&session_rows("bob", "bob-only", 0, 3)).await.expect("bob 2");
-    assert_eq!(sink.session_events("alice", "shared").await.expect("a").len(), 10);
-    assert_eq!(sink.session_events("bob", "shared").await.expect("b").len(), 4);
-    assert!(sink.session_events("alice", "bob-only").await.expect("x").is_empty());
-    assert!(sink.session_events("carol", "shared").await.expect("c").is_empty());
+    sink.write(&session_rows("alice", "shared", 0, 10))
+        .await
+        .expect("alice");
+    sink.write(&session_rows("bob", "shared", 0, 4))
+        .await
+        .expect("bob");
+    sink.write(&session_rows("bob", "bob-only", 0, 3))
+        .await
+        .expect("bob 2");
+    assert_eq!(
+        sink.session_events("alice", "shared")
+            .await
+            .expect("a")
+            .len(),
+        10
+    );
+    assert_eq!(
+        sink.session_events("bob", "shared").await.expect("b").len(),
+        4
+    );
+    assert!(sink
+        .session_events("alice", "bob-only")
+        .await
+        .expect("x")
+        .is_empty());
+    assert!(sink
+        .session_events("carol", "shared")
+        .await
+        .expect("c")
+        .is_empty());
     let alice = sink.sessions("alice", 10).await.expect("alice sessions");
     assert_eq!(alice.len(), 1);
     assert_eq!(alice[0].event_count, 10);
@@ -117,15 +163,21 @@ async fn owners_never_see_each_others_rows(sink: Sink) {
 
 async fn summarises_sessions_newest_first(sink: Sink) {
     // s-old: 8 events from t=0 s; s-new: 20 events from t=100 s; s-mid: no playback_start.
-    sink.write(&session_rows("u1", "s-old", 0, 8)).await.expect("old");
-    sink.write(&session_rows("u1", "s-new", 100, 20)).await.expect("new");
+    sink.write(&session_rows("u1", "s-old", 0, 8))
+        .await
+        .expect("old");
+    sink.write(&session_rows("u1", "s-new", 100, 20))
+        .await
+        .expect("new");
     let mid = vec![
         row("u1", "s-mid", 50_000, EventType::PlaybackPause, 1.0),
         row("u1", "s-mid", 51_000, EventType::Error, 2.0),
     ];
     sink.write(&mid).await.expect("mid");
     // A later playback_start must not replace the earliest one's contentId.
-    sink.write(&[row("u1", "s-new", 500_000, EventType::PlaybackStart, 99.0)]).await.expect("late");
+    sink.write(&[row("u1", "s-new", 500_000, EventType::PlaybackStart, 99.0)])
+        .await
+        .expect("late");
 
     let sessions = sink.sessions("u1", 10).await.expect("sessions");
     let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
@@ -164,10 +216,17 @@ async fn summarises_sessions_newest_first(sink: Sink) {
 
 async fn sessions_with_equal_last_event_order_by_id(sink: Sink) {
     for s in ["b", "a", "c"] {
-        sink.write(&[row("u1", s, 0, EventType::PlaybackStart, 0.0)]).await.expect("w");
+        sink.write(&[row("u1", s, 0, EventType::PlaybackStart, 0.0)])
+            .await
+            .expect("w");
     }
-    let ids: Vec<String> =
-        sink.sessions("u1", 10).await.expect("s").into_iter().map(|s| s.session_id).collect();
+    let ids: Vec<String> = sink
+        .sessions("u1", 10)
+        .await
+        .expect("s")
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
     assert_eq!(ids, ["a", "b", "c"]);
 }
 
@@ -191,9 +250,14 @@ async fn keeps_negative_and_far_timestamps(sink: Sink) {
     early.ts_ms = -62_167_219_200_000; // 0000-01-01
     let mut late = row("u1", "s1", 0, EventType::PlaybackResume, 0.0);
     late.ts_ms = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
-    sink.write(&[late.clone(), early.clone()]).await.expect("write");
+    sink.write(&[late.clone(), early.clone()])
+        .await
+        .expect("write");
     let events = sink.session_events("u1", "s1").await.expect("read");
-    assert_eq!(events.iter().map(|e| e.ts_ms).collect::<Vec<_>>(), [early.ts_ms, late.ts_ms]);
+    assert_eq!(
+        events.iter().map(|e| e.ts_ms).collect::<Vec<_>>(),
+        [early.ts_ms, late.ts_ms]
+    );
 }
 
 async fn writes_large_batches(sink: Sink) {
@@ -205,7 +269,13 @@ async fn writes_large_batches(sink: Sink) {
     let sessions = sink.sessions("u1", 1000).await.expect("sessions");
     assert_eq!(sessions.len(), 500);
     assert!(sessions.iter().all(|s| s.event_count == 50));
-    assert_eq!(sink.session_events("u1", "s0123").await.expect("read").len(), 50);
+    assert_eq!(
+        sink.session_events("u1", "s0123")
+            .await
+            .expect("read")
+            .len(),
+        50
+    );
 }
 
 async fn empty_write_is_ok(sink: Sink) {

@@ -21,17 +21,30 @@ struct Count {
 }
 
 async fn count(database: &str, sql: &str) -> u64 {
-    raw_client(database).query(sql).fetch_one::<Count>().await.expect("count").n
+    raw_client(database)
+        .query(sql)
+        .fetch_one::<Count>()
+        .await
+        .expect("count")
+        .n
 }
 
 #[tokio::test]
 async fn clickhouse_creates_database_and_migrates_idempotently() {
     let config = clickhouse_config();
-    let _first = ClickHouseSink::connect(&config).await.expect("first connect");
-    let second = ClickHouseSink::connect(&config).await.expect("second connect");
+    let _first = ClickHouseSink::connect(&config)
+        .await
+        .expect("first connect");
+    let second = ClickHouseSink::connect(&config)
+        .await
+        .expect("second connect");
     second.migrate().await.expect("third run");
     assert_eq!(
-        count(&config.database, "SELECT count() AS n FROM schema_migrations").await,
+        count(
+            &config.database,
+            "SELECT count() AS n FROM schema_migrations"
+        )
+        .await,
         1,
         "each migration recorded once"
     );
@@ -58,7 +71,14 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
     sink.write(&first).await.expect("first");
     sink.write(&second).await.expect("second");
     // Unmerged parts hold both copies; FINAL reads one, the first.
-    assert_eq!(count(&config.database, "SELECT count() AS n FROM telemetry_events").await, 20);
+    assert_eq!(
+        count(
+            &config.database,
+            "SELECT count() AS n FROM telemetry_events"
+        )
+        .await,
+        20
+    );
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(events.len(), 10);
     assert_eq!(events[0].payload, first[0].payload);
@@ -68,7 +88,14 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
         .execute()
         .await
         .expect("optimize");
-    assert_eq!(count(&config.database, "SELECT count() AS n FROM telemetry_events").await, 10);
+    assert_eq!(
+        count(
+            &config.database,
+            "SELECT count() AS n FROM telemetry_events"
+        )
+        .await,
+        10
+    );
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(events[3].payload, first[3].payload);
     drop_db(&config.database).await;
@@ -77,14 +104,18 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
 #[tokio::test]
 async fn clickhouse_unreachable_is_retryable() {
     let config = ClickHouseConfig::new("http://127.0.0.1:1", "x");
-    let err = ClickHouseSink::connect(&config).await.expect_err("no server");
+    let err = ClickHouseSink::connect(&config)
+        .await
+        .expect_err("no server");
     assert!(err.is_retryable(), "{err}");
 }
 
 #[tokio::test]
 async fn clickhouse_rejects_bad_database_name() {
     let config = ClickHouseConfig::new(clickhouse_url(), "bad-name; DROP");
-    let err = ClickHouseSink::connect(&config).await.expect_err("bad name");
+    let err = ClickHouseSink::connect(&config)
+        .await
+        .expect_err("bad name");
     assert!(!err.is_retryable());
 }
 
@@ -97,7 +128,10 @@ async fn clickhouse_missing_table_is_permanent() {
         .execute()
         .await
         .expect("drop");
-    let err = sink.write(&session_rows("u1", "s1", 0, 3)).await.expect_err("no table");
+    let err = sink
+        .write(&session_rows("u1", "s1", 0, 3))
+        .await
+        .expect_err("no table");
     assert!(!err.is_retryable(), "{err}");
     drop_db(&config.database).await;
 }
@@ -124,12 +158,17 @@ async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
             .await
             .expect("pragma");
         assert_eq!(sync, 2, "FULL");
-        sink.write(&session_rows("u1", "s1", 0, 12)).await.expect("write");
+        sink.write(&session_rows("u1", "s1", 0, 12))
+            .await
+            .expect("write");
         sink.close().await;
     }
     assert!(dir.path().join("telemetry.db").exists());
     let sink = SqliteSink::open_in_dir(dir.path()).await.expect("reopen");
-    assert_eq!(sink.session_events("u1", "s1").await.expect("read").len(), 12);
+    assert_eq!(
+        sink.session_events("u1", "s1").await.expect("read").len(),
+        12
+    );
     let migrations: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM telemetry_migrations")
         .fetch_one(sink.pool())
         .await

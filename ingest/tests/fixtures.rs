@@ -8,7 +8,9 @@ use ingest::{parse_batch, EventType};
 use serde_json::Value;
 
 fn fixture_dir(kind: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(kind)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(kind)
 }
 
 fn json_files(kind: &str) -> Vec<PathBuf> {
@@ -24,7 +26,11 @@ fn json_files(kind: &str) -> Vec<PathBuf> {
 #[test]
 fn every_valid_fixture_is_accepted() {
     let files = json_files("valid");
-    assert!(files.len() >= 5, "expected valid fixtures, found {}", files.len());
+    assert!(
+        files.len() >= 5,
+        "expected valid fixtures, found {}",
+        files.len()
+    );
     for path in files {
         let mut bytes = fs::read(&path).expect("read");
         if let Err(e) = parse_batch(&mut bytes) {
@@ -40,10 +46,15 @@ fn all_event_types_fixture_has_each_type_with_every_field() {
     let types: Vec<EventType> = batch.events.iter().map(|e| e.event_type()).collect();
     assert_eq!(types, EventType::ALL);
     // Stored payloads keep every contract field of the fixture.
-    let raw: Value =
-        serde_json::from_slice(&fs::read(fixture_dir("valid").join("all-event-types.json")).expect("read"))
-            .expect("json");
-    for (e, raw_event) in batch.events.iter().zip(raw["events"].as_array().expect("array")) {
+    let raw: Value = serde_json::from_slice(
+        &fs::read(fixture_dir("valid").join("all-event-types.json")).expect("read"),
+    )
+    .expect("json");
+    for (e, raw_event) in batch
+        .events
+        .iter()
+        .zip(raw["events"].as_array().expect("array"))
+    {
         let stored: Value = serde_json::from_str(&e.payload.to_json()).expect("json");
         assert_eq!(&stored, &raw_event["payload"]);
     }
@@ -52,13 +63,21 @@ fn all_event_types_fixture_has_each_type_with_every_field() {
 #[test]
 fn every_invalid_fixture_gets_its_expected_400_body() {
     let files = json_files("invalid");
-    assert!(files.len() >= 40, "expected invalid fixtures, found {}", files.len());
+    assert!(
+        files.len() >= 40,
+        "expected invalid fixtures, found {}",
+        files.len()
+    );
     let mut failures = Vec::new();
     for path in files {
         let fixture: Value = serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
         assert_eq!(fixture["expected"]["status"], 400, "{}", path.display());
         let mut body: Vec<u8> = if fixture["raw"] == Value::Bool(true) {
-            fixture["body"].as_str().expect("raw body is a string").as_bytes().to_vec()
+            fixture["body"]
+                .as_str()
+                .expect("raw body is a string")
+                .as_bytes()
+                .to_vec()
         } else {
             serde_json::to_vec(&fixture["body"]).expect("serialize")
         };

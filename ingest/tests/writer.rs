@@ -14,7 +14,8 @@ async fn concurrent_submitters_are_all_stored(t: TestSink) {
     for i in 0..200 {
         let h = writer.handle();
         tasks.push(tokio::spawn(async move {
-            h.submit(session_rows("u1", &format!("player-{i:03}"), i, 50)).await
+            h.submit(session_rows("u1", &format!("player-{i:03}"), i, 50))
+                .await
         }));
     }
     for task in tasks {
@@ -40,28 +41,48 @@ async fn clickhouse_concurrent_submitters_are_all_stored() {
 #[tokio::test]
 async fn clickhouse_failure_is_reported_and_nothing_acknowledged_is_missing() {
     let config = common::clickhouse_config();
-    let sink = Arc::new(ingest::ClickHouseSink::connect(&config).await.expect("connect"));
+    let sink = Arc::new(
+        ingest::ClickHouseSink::connect(&config)
+            .await
+            .expect("connect"),
+    );
     let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
     let h = writer.handle();
-    h.submit(session_rows("u1", "before", 0, 10)).await.expect("stored");
+    h.submit(session_rows("u1", "before", 0, 10))
+        .await
+        .expect("stored");
     sink.client()
         .query("RENAME TABLE telemetry_events TO telemetry_events_away")
         .execute()
         .await
         .expect("rename");
-    let err = h.submit(session_rows("u1", "during", 0, 10)).await.expect_err("table gone");
+    let err = h
+        .submit(session_rows("u1", "during", 0, 10))
+        .await
+        .expect_err("table gone");
     assert!(!err.is_retryable(), "{err}");
     sink.client()
         .query("RENAME TABLE telemetry_events_away TO telemetry_events")
         .execute()
         .await
         .expect("rename back");
-    h.submit(session_rows("u1", "after", 0, 10)).await.expect("stored again");
+    h.submit(session_rows("u1", "after", 0, 10))
+        .await
+        .expect("stored again");
     writer.shutdown().await;
     use ingest::EventSink;
-    let ids: Vec<String> =
-        sink.sessions("u1", 10).await.expect("s").into_iter().map(|s| s.session_id).collect();
+    let ids: Vec<String> = sink
+        .sessions("u1", 10)
+        .await
+        .expect("s")
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
     assert_eq!(ids.len(), 2);
     assert!(ids.contains(&"before".to_owned()) && ids.contains(&"after".to_owned()));
-    let _ = sink.client().query(&format!("DROP DATABASE {}", config.database)).execute().await;
+    let _ = sink
+        .client()
+        .query(&format!("DROP DATABASE {}", config.database))
+        .execute()
+        .await;
 }

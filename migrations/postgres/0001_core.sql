@@ -32,7 +32,10 @@ CREATE TABLE streams (
     last_checked_at BIGINT,
     last_healthy_at BIGINT,
     next_probe_at   BIGINT NOT NULL,
-    lease_until     BIGINT
+    lease_until     BIGINT,
+    -- 24-hour uptime as of uptime_at, refreshed by every probe (see src/streams/uptime.rs).
+    uptime_pct      DOUBLE PRECISION,
+    uptime_at       BIGINT
 );
 CREATE INDEX streams_created ON streams (created_at DESC, seq DESC);
 CREATE INDEX streams_due ON streams (next_probe_at);
@@ -49,7 +52,8 @@ CREATE TABLE probes (
     created_at    BIGINT NOT NULL
 );
 CREATE INDEX probes_recent ON probes (created_at DESC, seq DESC);
-CREATE INDEX probes_stream ON probes (stream_id, created_at);
+-- Covering (status included): the uptime edge-hour count reads only this index.
+CREATE INDEX probes_stream ON probes (stream_id, created_at, status);
 
 -- Hourly counters per stream so uptimePct never scans every probe row.
 CREATE TABLE probe_rollups (

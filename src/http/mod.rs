@@ -18,7 +18,9 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use axum::response::IntoResponse;
 use serde_json::json;
+use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::accounts::Accounts;
 use crate::db::Db;
@@ -78,6 +80,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/sdk/@service/player-sdk@latest/dist/index.js", get(assets::sdk_latest))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
+        .layer(CatchPanicLayer::custom(|_| ApiError::internal("handler panicked").into_response()))
         .with_state(state)
 }
 

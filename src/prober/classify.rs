@@ -1,6 +1,8 @@
 //! Turns a probe outcome into the probe row's status, anomaly class,
-//! `httpStatus` and `detail` (decisions.md §6), and derives the agent texts:
-//! the snapshot's `lastAction` after a probe and the agent feed's `action`.
+//! `httpStatus` and `detail` (decisions.md §6), and derives the snapshot's
+//! `lastAction` after a probe. The status type is [`crate::probes::ProbeStatus`]
+//! (re-exported here); the agent feed's `severity`, `fix` and `action` are
+//! derived by [`crate::probes::agent`] when the feed is read.
 //!
 //! Classification (first matching row wins):
 //!
@@ -20,72 +22,7 @@ use std::fmt;
 
 use crate::prober::fetch::ProbeOutcome;
 use crate::prober::manifest::ManifestCheck;
-
-/// Probe status stored on the probe row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProbeStatus {
-    /// 2xx, valid manifest, fast enough.
-    Healthy,
-    /// Answering, but slow, invalid, stale or 4xx.
-    Degraded,
-    /// Not answering usefully: network, timeout, guard refusal, 5xx.
-    Failing,
-}
-
-impl ProbeStatus {
-    /// Wire value: `healthy`, `degraded`, `failing`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "healthy",
-            ProbeStatus::Degraded => "degraded",
-            ProbeStatus::Failing => "failing",
-        }
-    }
-
-    /// Parses a stored wire value.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "healthy" => Some(ProbeStatus::Healthy),
-            "degraded" => Some(ProbeStatus::Degraded),
-            "failing" => Some(ProbeStatus::Failing),
-            _ => None,
-        }
-    }
-
-    /// AgentItem `severity`: `info`, `warn`, `critical`.
-    pub fn severity(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "info",
-            ProbeStatus::Degraded => "warn",
-            ProbeStatus::Failing => "critical",
-        }
-    }
-
-    /// Stream snapshot `status` after a probe with this status:
-    /// `watching`, `degraded`, `failing`.
-    pub fn snapshot_status(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "watching",
-            ProbeStatus::Degraded => "degraded",
-            ProbeStatus::Failing => "failing",
-        }
-    }
-
-    /// Stream snapshot `agentState` after a probe with this status:
-    /// `healthy` after a healthy probe, else `degraded`.
-    pub fn agent_state(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "healthy",
-            ProbeStatus::Degraded | ProbeStatus::Failing => "degraded",
-        }
-    }
-}
-
-impl fmt::Display for ProbeStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::probes::ProbeStatus;
 
 /// AgentItem `anomalyClass`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -238,37 +175,6 @@ pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classi
         anomaly_class,
         http_status,
         detail,
-    }
-}
-
-/// Agent feed `action` (AgentItem rules 3 and 4, decisions.md §6).
-/// `recovered_later`: the stream has a healthy probe after this one (only
-/// consulted for failing probes).
-pub fn action_text(
-    status: ProbeStatus,
-    latency_ms: u64,
-    slow_ms: u64,
-    recovered_later: bool,
-) -> &'static str {
-    match status {
-        // latency >= slow_ms / 2, exactly, without integer-division rounding
-        ProbeStatus::Healthy if latency_ms.saturating_mul(2) >= slow_ms => {
-            "watching latency — response time rising"
-        }
-        ProbeStatus::Healthy => "no action needed — stream healthy",
-        ProbeStatus::Degraded => "raised probe frequency — confirming degradation",
-        ProbeStatus::Failing if recovered_later => "resolved — stream recovered",
-        ProbeStatus::Failing => "investigating",
-    }
-}
-
-/// Agent feed `fix` (AgentItem rules 3 and 4): `investigating` for a failing
-/// probe without a later healthy probe, else the stream's `lastAction`.
-pub fn fix_text(status: ProbeStatus, recovered_later: bool, stream_last_action: &str) -> String {
-    if status == ProbeStatus::Failing && !recovered_later {
-        "investigating".to_owned()
-    } else {
-        stream_last_action.to_owned()
     }
 }
 
@@ -507,50 +413,53 @@ mod tests {
 
     #[test]
     fn action_texts() {
+        use crate::probes::agent::fix_and_action;
         use ProbeStatus as S;
+        let action = |s, l, slow, r| fix_and_action(s, l, slow, r, "x").1;
         assert_eq!(
-            action_text(S::Healthy, 84, 2000, false),
+            action(S::Healthy, 84, 2000, false),
             "no action needed — stream healthy"
         );
         assert_eq!(
-            action_text(S::Healthy, 999, 2000, false),
+            action(S::Healthy, 999, 2000, false),
             "no action needed — stream healthy"
         );
         assert_eq!(
-            action_text(S::Healthy, 1000, 2000, false),
+            action(S::Healthy, 1000, 2000, false),
             "watching latency — response time rising"
         );
         assert_eq!(
-            action_text(S::Healthy, 500, 1001, false),
+            action(S::Healthy, 500, 1001, false),
             "no action needed — stream healthy"
         );
         assert_eq!(
-            action_text(S::Healthy, 501, 1001, false),
+            action(S::Healthy, 501, 1001, false),
             "watching latency — response time rising"
         );
         assert_eq!(
-            action_text(S::Degraded, 5, 2000, false),
+            action(S::Degraded, 5, 2000, false),
             "raised probe frequency — confirming degradation"
         );
         assert_eq!(
-            action_text(S::Degraded, 5, 2000, true),
+            action(S::Degraded, 5, 2000, true),
             "raised probe frequency — confirming degradation"
         );
         assert_eq!(
-            action_text(S::Failing, 5, 2000, true),
+            action(S::Failing, 5, 2000, true),
             "resolved — stream recovered"
         );
-        assert_eq!(action_text(S::Failing, 5, 2000, false), "investigating");
+        assert_eq!(action(S::Failing, 5, 2000, false), "investigating");
+        let fix = |s, r, last| fix_and_action(s, 5, 2000, r, last).0;
         assert_eq!(
-            fix_text(S::Failing, false, "opened incident: 5xx server error"),
+            fix(S::Failing, false, "opened incident: 5xx server error"),
             "investigating"
         );
         assert_eq!(
-            fix_text(S::Failing, true, "closed incident after recovery"),
+            fix(S::Failing, true, "closed incident after recovery"),
             "closed incident after recovery"
         );
         assert_eq!(
-            fix_text(S::Healthy, false, "probe ok in 84 ms"),
+            fix(S::Healthy, false, "probe ok in 84 ms"),
             "probe ok in 84 ms"
         );
     }
@@ -604,11 +513,12 @@ mod tests {
         ] {
             assert_eq!(ProbeStatus::parse(s.as_str()), Some(s));
         }
-        assert_eq!(ProbeStatus::Healthy.severity(), "info");
-        assert_eq!(ProbeStatus::Degraded.severity(), "warn");
-        assert_eq!(ProbeStatus::Failing.severity(), "critical");
-        assert_eq!(ProbeStatus::Healthy.snapshot_status(), "watching");
-        assert_eq!(ProbeStatus::Failing.snapshot_status(), "failing");
+        use crate::probes::agent::severity;
+        assert_eq!(severity(ProbeStatus::Healthy), "info");
+        assert_eq!(severity(ProbeStatus::Degraded), "warn");
+        assert_eq!(severity(ProbeStatus::Failing), "critical");
+        assert_eq!(ProbeStatus::Healthy.stream_status(), "watching");
+        assert_eq!(ProbeStatus::Failing.stream_status(), "failing");
         assert_eq!(ProbeStatus::Failing.agent_state(), "degraded");
         assert_eq!(
             AnomalyClass::parse("5xx server error"),

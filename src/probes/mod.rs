@@ -4,24 +4,31 @@
 
 pub mod agent;
 
+use std::collections::HashSet;
+
 use sqlx::Row;
 
-use crate::db::{Db, DbError};
-use crate::streams::uptime::hour_of;
+use crate::db::{Db, DbError, Engine};
+use crate::streams::uptime::{self, hour_of};
 use crate::time::new_id;
 
 /// Probe rows older than this are deleted.
 pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
 
-/// Outcome class of one probe.
+/// Status of one probe row (interface.md "Probe"; decisions.md §6). The one probe-status
+/// type of the crate: the prober classifies into it, the store and the agent feed read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProbeStatus {
+    /// 2xx, valid manifest, fast enough.
     Healthy,
+    /// Answering, but slow, invalid, stale or 4xx.
     Degraded,
+    /// Not answering usefully: network, timeout, guard refusal, 5xx.
     Failing,
 }
 
 impl ProbeStatus {
+    /// Wire value: `healthy`, `degraded`, `failing`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProbeStatus::Healthy => "healthy",
@@ -30,6 +37,7 @@ impl ProbeStatus {
         }
     }
 
+    /// Parses a stored wire value.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "healthy" => Some(ProbeStatus::Healthy),
@@ -39,7 +47,8 @@ impl ProbeStatus {
         }
     }
 
-    /// The stream's `status` after a probe with this outcome.
+    /// The stream's `status` after a probe with this outcome: `watching`, `degraded`,
+    /// `failing`.
     pub fn stream_status(self) -> &'static str {
         match self {
             ProbeStatus::Healthy => "watching",
@@ -48,12 +57,30 @@ impl ProbeStatus {
         }
     }
 
-    /// The stream's `agentState` after a probe with this outcome.
+    /// The inverse of [`ProbeStatus::stream_status`]: the status of the probe that left a
+    /// stream in snapshot `status` (`None` for an unknown value).
+    pub fn from_stream_status(s: &str) -> Option<Self> {
+        match s {
+            "watching" => Some(ProbeStatus::Healthy),
+            "degraded" => Some(ProbeStatus::Degraded),
+            "failing" => Some(ProbeStatus::Failing),
+            _ => None,
+        }
+    }
+
+    /// The stream's `agentState` after a probe with this outcome: `healthy` after a healthy
+    /// probe, else `degraded`.
     pub fn agent_state(self) -> &'static str {
         match self {
             ProbeStatus::Healthy => "healthy",
             _ => "degraded",
         }
+    }
+}
+
+impl std::fmt::Display for ProbeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -71,6 +98,20 @@ pub struct NewProbe {
     pub last_action: String,
     /// When this stream is due again.
     pub next_probe_at: i64,
+}
+
+/// A stream the prober has claimed (leased) for one probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueStream {
+    /// Stream id.
+    pub id: String,
+    /// The URL to probe.
+    pub source_url: String,
+    /// When the probe was due (`next_probe_at` at claim time, epoch ms): the base of the
+    /// next due time, so lateness does not accumulate.
+    pub due_at: i64,
+    /// Status of the stream's previous probe (from its snapshot); `None` before the first.
+    pub previous: Option<ProbeStatus>,
 }
 
 /// Probe storage over the relational store.
@@ -131,6 +172,7 @@ impl Probes {
         .bind(i64::from(p.status == ProbeStatus::Failing))
         .execute(&mut *tx)
         .await?;
+        uptime::refresh(&mut tx, &p.stream_id, crate::time::now_ms()).await?;
         tx.commit().await?;
         Ok(Some(id))
     }
@@ -148,6 +190,97 @@ impl Probes {
             .execute(&self.db.pool)
             .await?;
         Ok(rows)
+    }
+
+    /// Leases up to `limit` due streams (`next_probe_at <= now`, no live lease) until
+    /// `lease_until`, oldest due first, in one statement. On PostgreSQL the candidate rows
+    /// are locked with `FOR UPDATE SKIP LOCKED`, so concurrent instances claim disjoint sets;
+    /// SQLite serialises writers, so the same statement without the lock clause is atomic.
+    /// [`Probes::record`] clears the lease.
+    pub async fn claim_due(
+        &self,
+        now: i64,
+        lease_until: i64,
+        limit: usize,
+    ) -> Result<Vec<DueStream>, DbError> {
+        let lock = match self.db.engine {
+            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+            Engine::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE streams SET lease_until = $1 WHERE id IN (\
+                 SELECT id FROM streams \
+                 WHERE next_probe_at <= $2 AND (lease_until IS NULL OR lease_until < $2) \
+                 ORDER BY next_probe_at LIMIT $3{lock}) \
+             RETURNING id, source_url, status, next_probe_at, last_checked_at"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(lease_until)
+            .bind(now)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.db.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let checked: Option<i64> = r.get("last_checked_at");
+                let status: String = r.get("status");
+                DueStream {
+                    id: r.get("id"),
+                    source_url: r.get("source_url"),
+                    due_at: r.get("next_probe_at"),
+                    previous: checked.and_then(|_| ProbeStatus::from_stream_status(&status)),
+                }
+            })
+            .collect())
+    }
+
+    /// The earliest `next_probe_at` among streams without a live lease, if any stream exists.
+    pub async fn next_due_at(&self, now: i64) -> Result<Option<i64>, DbError> {
+        let row = sqlx::query(
+            "SELECT next_probe_at FROM streams WHERE lease_until IS NULL OR lease_until < $1 \
+             ORDER BY next_probe_at LIMIT 1",
+        )
+        .bind(now)
+        .fetch_optional(&self.db.pool)
+        .await?;
+        Ok(row.map(|r| r.get::<i64, _>("next_probe_at")))
+    }
+
+    /// Moves every unleased stream due before `overdue_before` to a random due time in
+    /// `[now, now + spread_ms)`: after downtime the backlog is spread over one interval
+    /// instead of probed at once. Returns the number of streams moved.
+    pub async fn spread_overdue(
+        &self,
+        now: i64,
+        overdue_before: i64,
+        spread_ms: i64,
+    ) -> Result<u64, DbError> {
+        let offset = match self.db.engine {
+            Engine::Postgres => "CAST(floor(random() * $2) AS BIGINT)",
+            // random() is a signed 64-bit integer: fold it into [0, $2).
+            Engine::Sqlite => "(((random() % $2) + $2) % $2)",
+        };
+        let sql = format!(
+            "UPDATE streams SET next_probe_at = $1 + {offset} \
+             WHERE next_probe_at < $3 AND (lease_until IS NULL OR lease_until < $1)"
+        );
+        let moved = sqlx::query(&sql)
+            .bind(now)
+            .bind(spread_ms.max(1))
+            .bind(overdue_before)
+            .execute(&self.db.pool)
+            .await?
+            .rows_affected();
+        Ok(moved)
+    }
+
+    /// Ids of every registered stream (the prober drops memory of streams no longer here).
+    pub async fn stream_ids(&self) -> Result<HashSet<String>, DbError> {
+        let rows = sqlx::query("SELECT id FROM streams")
+            .fetch_all(&self.db.pool)
+            .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>("id")).collect())
     }
 
     /// Status of the stream's newest probe, if any (the prober's previous state).

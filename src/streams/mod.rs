@@ -58,7 +58,7 @@ fn invalid(field: &str, msg: impl Into<String>) -> StreamError {
 }
 
 const COLUMNS: &str = "id, source_url, name, target_region, created_at, agent_state, status, \
-                       last_action, last_checked_at";
+                       last_action, last_checked_at, uptime_pct, uptime_at";
 
 fn from_row(r: &AnyRow) -> Stream {
     Stream {
@@ -71,8 +71,13 @@ fn from_row(r: &AnyRow) -> Stream {
         status: r.get("status"),
         last_action: r.get("last_action"),
         last_checked_at: r.get("last_checked_at"),
-        uptime_pct: 100.0,
+        uptime_pct: r.get::<Option<f64>, _>("uptime_pct").unwrap_or(100.0),
     }
+}
+
+/// True when the row's stored uptime may be served as is.
+fn uptime_is_fresh(r: &AnyRow, now: i64) -> bool {
+    r.get::<Option<i64>, _>("uptime_at").is_some_and(|at| now - at <= uptime::FRESH_MS)
 }
 
 /// Stream operations over the relational store.
@@ -134,9 +139,7 @@ impl Streams {
         .bind(source_url)
         .fetch_one(&self.db.pool)
         .await?;
-        self.with_uptime(vec![from_row(&row)])
-            .await
-            .map(|mut v| v.remove(0))
+        Ok(self.with_uptime(std::slice::from_ref(&row)).await?.remove(0))
     }
 
     /// The newest streams, `createdAt` descending.
@@ -147,7 +150,7 @@ impl Streams {
         .bind(LIST_LIMIT)
         .fetch_all(&self.db.pool)
         .await?;
-        self.with_uptime(rows.iter().map(from_row).collect()).await
+        self.with_uptime(&rows).await
     }
 
     /// One stream by id.
@@ -157,9 +160,7 @@ impl Streams {
             .fetch_optional(&self.db.pool)
             .await?
             .ok_or(StreamError::NotFound)?;
-        self.with_uptime(vec![from_row(&row)])
-            .await
-            .map(|mut v| v.remove(0))
+        Ok(self.with_uptime(std::slice::from_ref(&row)).await?.remove(0))
     }
 
     /// Applies a PATCH body: `name` and `targetRegion` change when present; `sourceUrl` is the
@@ -184,15 +185,25 @@ impl Streams {
         self.get(id).await
     }
 
-    async fn with_uptime(&self, mut streams: Vec<Stream>) -> Result<Vec<Stream>, StreamError> {
-        let ids: Vec<&str> = streams.iter().map(|s| s.id.as_str()).collect();
-        let pct = uptime::uptime_pct(&self.db, &ids, now_ms()).await?;
-        for s in &mut streams {
-            if let Some(p) = pct.get(&s.id) {
-                s.uptime_pct = *p;
-            }
-        }
-        Ok(streams)
+    /// Streams from rows, recomputing the uptime of those whose stored value is stale.
+    async fn with_uptime(&self, rows: &[AnyRow]) -> Result<Vec<Stream>, StreamError> {
+        let now = now_ms();
+        let stale: Vec<&str> = rows
+            .iter()
+            .filter(|r| !uptime_is_fresh(r, now))
+            .map(|r| r.get::<&str, _>("id"))
+            .collect();
+        let fresh = uptime::compute(&self.db.pool, &stale, now).await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let mut s = from_row(r);
+                if !uptime_is_fresh(r, now) {
+                    s.uptime_pct = fresh.get(&s.id).copied().unwrap_or(100.0);
+                }
+                s
+            })
+            .collect())
     }
 }
 

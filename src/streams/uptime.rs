@@ -1,15 +1,21 @@
-//! `uptimePct` over the last 24 hours without scanning every probe row: whole hours come from
-//! the `probe_rollups` counters (kept in the same transaction as each probe insert), and only
-//! the one hour that straddles the window's start is counted from raw rows (≤ 1/24 of them).
+//! `uptimePct` over the last 24 hours without scanning every probe row.
+//!
+//! * Computing it: whole hours come from the `probe_rollups` counters (kept in the same
+//!   transaction as each probe insert), and only the one hour that straddles the window's
+//!   start is counted from raw rows, through a covering index.
+//! * Reading it: every probe stores its stream's freshly computed value on the stream row
+//!   (`uptime_pct`, `uptime_at`), so a list read costs nothing per stream. A stored value older
+//!   than [`FRESH_MS`] (no prober running, or a stream not probed lately) is recomputed at read
+//!   time, so the figure never drifts more than that from the exact window.
 
 use std::collections::HashMap;
 
-use sqlx::Row;
-
-use crate::db::Db;
+use sqlx::{Any, Executor, Row};
 
 pub const WINDOW_MS: i64 = 24 * 3600 * 1000;
 pub const HOUR_MS: i64 = 3600 * 1000;
+/// A stored uptime older than this is recomputed when read.
+pub const FRESH_MS: i64 = 5 * 60 * 1000;
 
 /// Start of the hour holding `ms`.
 pub fn hour_of(ms: i64) -> i64 {
@@ -26,11 +32,10 @@ pub fn pct(total: i64, failing: i64) -> f64 {
 }
 
 /// Uptime of each listed stream over `(now - 24 h, now]`; streams without probes are absent.
-pub async fn uptime_pct(
-    db: &Db,
-    ids: &[&str],
-    now: i64,
-) -> Result<HashMap<String, f64>, sqlx::Error> {
+pub async fn compute<'e, E>(exec: E, ids: &[&str], now: i64) -> Result<HashMap<String, f64>, sqlx::Error>
+where
+    E: Executor<'e, Database = Any>,
+{
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
@@ -54,7 +59,7 @@ pub async fn uptime_pct(
     for id in ids {
         q = q.bind(*id);
     }
-    let rows = q.fetch_all(&db.pool).await?;
+    let rows = q.fetch_all(exec).await?;
     Ok(rows
         .iter()
         .map(|r| {
@@ -63,6 +68,19 @@ pub async fn uptime_pct(
             (r.get::<String, _>("stream_id"), pct(total, failing))
         })
         .collect())
+}
+
+/// Recomputes one stream's uptime and stores it on the stream row (inside the probe's
+/// transaction, so the row and its uptime move together).
+pub async fn refresh(tx: &mut sqlx::AnyConnection, stream_id: &str, now: i64) -> Result<(), sqlx::Error> {
+    let pct = compute(&mut *tx, &[stream_id], now).await?.get(stream_id).copied().unwrap_or(100.0);
+    sqlx::query("UPDATE streams SET uptime_pct = $1, uptime_at = $2 WHERE id = $3")
+        .bind(pct)
+        .bind(now)
+        .bind(stream_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

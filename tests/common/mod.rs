@@ -22,15 +22,21 @@ pub enum Engine {
 
 /// Admin URL of the PostgreSQL server tests create databases on.
 pub fn pg_admin_url() -> String {
-    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 /// Creates an empty PostgreSQL database and returns its URL.
 pub async fn fresh_pg_database() -> String {
     let admin = pg_admin_url();
     let name = format!("sw_test_{}", streamwatch::time::new_id());
-    let mut conn = sqlx::PgConnection::connect(&admin).await.expect("connect to TEST_DATABASE_URL");
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create database");
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to TEST_DATABASE_URL");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create database");
     let mut url = url::Url::parse(&admin).expect("admin url");
     url.set_path(&name);
     url.to_string()
@@ -81,7 +87,10 @@ pub async fn spawn_with(engine: Engine, tweak: impl FnOnce(&mut Config)) -> Test
     });
     TestApp {
         base: format!("http://{addr}"),
-        http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client"),
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client"),
         state,
         engine,
         _dir: dir,
@@ -96,7 +105,13 @@ impl TestApp {
     }
 
     /// Sends a request with an optional cookie and a raw or JSON body.
-    pub async fn send(&self, method: Method, path: &str, cookie: Option<&str>, body: Option<Body>) -> Response {
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        cookie: Option<&str>,
+        body: Option<Body>,
+    ) -> Response {
         let mut req = self.http.request(method, self.url(path));
         if let Some(c) = cookie {
             req = req.header(COOKIE, format!("auth.session_token={c}"));
@@ -114,11 +129,13 @@ impl TestApp {
     }
 
     pub async fn post(&self, path: &str, cookie: Option<&str>, body: Value) -> Response {
-        self.send(Method::POST, path, cookie, Some(Body::Json(body))).await
+        self.send(Method::POST, path, cookie, Some(Body::Json(body)))
+            .await
     }
 
     pub async fn patch(&self, path: &str, cookie: Option<&str>, body: Value) -> Response {
-        self.send(Method::PATCH, path, cookie, Some(Body::Json(body))).await
+        self.send(Method::PATCH, path, cookie, Some(Body::Json(body)))
+            .await
     }
 
     pub async fn delete(&self, path: &str, cookie: Option<&str>) -> Response {
@@ -128,7 +145,11 @@ impl TestApp {
     /// Signs up a fresh user and returns its session cookie value.
     pub async fn user(&self, email: &str) -> String {
         let r = self
-            .post("/api/auth/sign-up/email", None, json!({ "name": "Test User", "email": email, "password": "correct-horse-battery" }))
+            .post(
+                "/api/auth/sign-up/email",
+                None,
+                json!({ "name": "Test User", "email": email, "password": "correct-horse-battery" }),
+            )
             .await;
         assert_eq!(r.status(), StatusCode::OK);
         session_cookie_of(&r).expect("sign-up sets the cookie")
@@ -136,7 +157,13 @@ impl TestApp {
 
     /// Registers a stream and returns its StreamItem.
     pub async fn stream(&self, cookie: &str, source_url: &str) -> Value {
-        let r = self.post("/api/v1/streams", Some(cookie), json!({ "sourceUrl": source_url })).await;
+        let r = self
+            .post(
+                "/api/v1/streams",
+                Some(cookie),
+                json!({ "sourceUrl": source_url }),
+            )
+            .await;
         assert_eq!(r.status(), StatusCode::CREATED);
         r.json().await.expect("json")
     }
@@ -176,7 +203,11 @@ pub fn set_cookie_header(h: &HeaderMap) -> Option<String> {
 pub async fn parts(r: Response) -> (StatusCode, Value) {
     let status = r.status();
     let text = r.text().await.expect("body");
-    let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("json body") };
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).expect("json body")
+    };
     (status, body)
 }
 
@@ -220,7 +251,11 @@ impl Process {
     /// Starts `streamwatch serve` on a free loopback port with `data_dir` and extra env, and
     /// waits until `/healthz` answers.
     pub async fn start(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Process {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("free port")
+            .local_addr()
+            .expect("addr")
+            .port();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"));
         cmd.arg("serve")
             .env_clear()
@@ -235,7 +270,11 @@ impl Process {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn streamwatch");
-        let p = Process { child, base: format!("http://127.0.0.1:{port}"), data_dir: data_dir.to_owned() };
+        let p = Process {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            data_dir: data_dir.to_owned(),
+        };
         let client = reqwest::Client::new();
         for _ in 0..200 {
             if let Ok(r) = client.get(p.url("/healthz")).send().await {
@@ -272,7 +311,10 @@ impl Process {
 
     /// SIGTERM, then wait for a graceful exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         self.child.wait().expect("wait")
     }
 }

@@ -38,6 +38,9 @@ struct Args {
     /// Seconds of load per route.
     #[arg(long, default_value_t = 20)]
     seconds: u64,
+    /// Keep the seeded SQLite data in this directory and reuse it on the next run.
+    #[arg(long)]
+    reuse_dir: Option<std::path::PathBuf>,
     /// PostgreSQL server on which a fresh database is created.
     #[arg(long, env = "TEST_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_admin_url: String,
@@ -59,7 +62,9 @@ async fn main() -> Result<()> {
     );
     for engine in &args.engines {
         let dir = tempfile::tempdir()?;
-        let mut config = Config::defaults(dir.path());
+        let data_dir = args.reuse_dir.clone().unwrap_or_else(|| dir.path().to_owned());
+        let reuse = engine == "sqlite" && data_dir.join("streamwatch.db").exists();
+        let mut config = Config::defaults(&data_dir);
         config.listen = "127.0.0.1:0".parse()?;
         config.auth_rate_limit = RateLimit::Off;
         config.allow_private = CidrList::default();
@@ -67,9 +72,17 @@ async fn main() -> Result<()> {
             config.database_url = Some(DatabaseUrl::Postgres(fresh_pg(&args.pg_admin_url).await?));
         }
         let db = Db::connect(config.database_url.as_ref(), &config.data_dir).await?;
-        let t = Instant::now();
-        seed(&db, &args).await?;
-        println!("[{engine}] seeded in {:.1} s", t.elapsed().as_secs_f64());
+        if !reuse {
+            let t = Instant::now();
+            seed(&db, &args).await?;
+            println!("[{engine}] seeded in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        // As in a running deployment, every stream carries the uptime its last probe stored.
+        let mut conn = db.pool.acquire().await?;
+        for s in 0..args.streams {
+            streamwatch::streams::uptime::refresh(&mut conn, &format!("stream{s:05}"), now_ms()).await?;
+        }
+        drop(conn);
         db.pool.close().await;
 
         let server = Server::build(config).await?;
@@ -81,10 +94,12 @@ async fn main() -> Result<()> {
         let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
         let cookie = sign_up(&client, &base).await?;
         for route in ["/api/v1/streams", "/api/v1/agents"] {
-            // Warm caches and connections, then measure.
+            // Warm caches and connections (and report the unloaded service time), then measure.
+            let t = Instant::now();
             for _ in 0..50 {
                 get(&client, &base, route, &cookie).await?;
             }
+            println!("[{engine}] GET {route}: one at a time {:.2} ms", t.elapsed().as_secs_f64() * 1000.0 / 50.0);
             let stats = open_loop(&client, &base, route, &cookie, args.rate, args.seconds).await;
             println!("[{engine}] GET {route}: {stats}");
         }
@@ -225,7 +240,7 @@ async fn insert_probes(
 async fn sign_up(client: &reqwest::Client, base: &str) -> Result<String> {
     let r = client
         .post(format!("{base}/api/auth/sign-up/email"))
-        .json(&json!({ "name": "bench", "email": "bench@example.com", "password": "bench-password" }))
+        .json(&json!({ "name": "bench", "email": format!("bench{}@example.com", now_ms()), "password": "bench-password" }))
         .send()
         .await?;
     let cookie = r

@@ -31,6 +31,70 @@ enum Mode {
     Http(HttpArgs),
     /// Insert the same rows directly through a sink (no HTTP, no writer).
     Direct(DirectArgs),
+    /// Many concurrent submitters of 50-row batches through the group-commit
+    /// writer into a sink (no HTTP): the writer's ceiling.
+    Writer(WriterArgs),
+    /// Time `parse_batch` + `into_rows` on generated batches (CPU only).
+    Parse(ParseArgs),
+}
+
+#[derive(Parser, Debug)]
+struct SinkArgs {
+    /// Which sink to insert into.
+    #[arg(long, value_enum, default_value = "clickhouse")]
+    sink: SinkKind,
+    /// ClickHouse HTTP endpoint.
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    clickhouse_url: String,
+    /// ClickHouse database (created when missing; dropped at the end unless --keep).
+    #[arg(long, default_value = "loadgen_direct")]
+    database: String,
+    /// Directory for the SQLite file (a temp dir when absent).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// SQLite commit durability.
+    #[arg(long, value_enum, default_value = "full")]
+    durability: DurabilityArg,
+    /// Keep the database afterwards.
+    #[arg(long)]
+    keep: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DurabilityArg {
+    Full,
+    Normal,
+}
+
+#[derive(Parser, Debug)]
+struct WriterArgs {
+    #[command(flatten)]
+    sink: SinkArgs,
+    /// Concurrent submitters (simulated requests in flight).
+    #[arg(long, default_value_t = 256)]
+    submitters: usize,
+    /// Rows per submission.
+    #[arg(long, default_value_t = 50)]
+    batch: usize,
+    /// Duration in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Writes in flight at once in the writer.
+    #[arg(long, default_value_t = 1)]
+    in_flight: usize,
+    /// Print a JSON summary line at the end.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Parser, Debug)]
+struct ParseArgs {
+    /// Batches to parse.
+    #[arg(long, default_value_t = 50_000)]
+    batches: usize,
+    /// Events per batch.
+    #[arg(long, default_value_t = 50)]
+    batch: usize,
 }
 
 #[derive(Parser, Debug)]
@@ -70,18 +134,8 @@ enum SinkKind {
 
 #[derive(Parser, Debug)]
 struct DirectArgs {
-    /// Which sink to insert into.
-    #[arg(long, value_enum, default_value = "clickhouse")]
-    sink: SinkKind,
-    /// ClickHouse HTTP endpoint.
-    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
-    clickhouse_url: String,
-    /// ClickHouse database (created when missing; dropped at the end unless --keep).
-    #[arg(long, default_value = "loadgen_direct")]
-    database: String,
-    /// Directory for the SQLite file (a temp dir when absent).
-    #[arg(long)]
-    data_dir: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sink: SinkArgs,
     /// Total rows to insert.
     #[arg(long, default_value_t = 1_000_000)]
     rows: usize,
@@ -91,9 +145,6 @@ struct DirectArgs {
     /// Inserts in flight at once.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
-    /// Keep the database afterwards.
-    #[arg(long)]
-    keep: bool,
     /// Print a JSON summary line at the end.
     #[arg(long)]
     json: bool,
@@ -104,6 +155,8 @@ async fn main() -> Result<()> {
     match Cli::parse().mode {
         Mode::Http(a) => http(a).await,
         Mode::Direct(a) => direct(a).await,
+        Mode::Writer(a) => writer(a).await,
+        Mode::Parse(a) => parse(a),
     }
 }
 
@@ -182,7 +235,11 @@ impl Player {
     /// Writes the next batch's JSON body into `out`.
     fn next_body(&mut self, api_key: &str, events: usize, out: &mut String) {
         out.clear();
-        let _ = write!(out, r#"{{"apiKey":"{api_key}","sessionId":"{}","events":["#, self.session);
+        let _ = write!(
+            out,
+            r#"{{"apiKey":"{api_key}","sessionId":"{}","events":["#,
+            self.session
+        );
         let last_batch = self.batch_no + 1 == self.batches_per_session;
         let total: u32 = MIX.iter().map(|m| m.1).sum();
         for i in 0..events {
@@ -207,22 +264,42 @@ impl Player {
             if i > 0 {
                 out.push(',');
             }
-            let _ = write!(out, r#"{{"type":"{t}","ts":"{}","payload":"#, ingest::time::format_ms(self.ts_ms));
+            let _ = write!(
+                out,
+                r#"{{"type":"{t}","ts":"{}","payload":"#,
+                ingest::time::format_ms(self.ts_ms)
+            );
             let pos = self.position_ms;
             let buf = self.rng.below(30_000);
             match t {
                 "playback_start" => {
-                    let _ = write!(out, r#"{{"positionMs":0,"durationMs":5400000,"contentId":"content-{}"}}"#, self.rng.below(500));
+                    let _ = write!(
+                        out,
+                        r#"{{"positionMs":0,"durationMs":5400000,"contentId":"content-{}"}}"#,
+                        self.rng.below(500)
+                    );
                 }
                 "quality_change" => {
-                    const R: [(&str, u32); 4] =
-                        [("360p", 800_000), ("480p", 1_400_000), ("720p", 2_800_000), ("1080p", 5_000_000)];
+                    const R: [(&str, u32); 4] = [
+                        ("360p", 800_000),
+                        ("480p", 1_400_000),
+                        ("720p", 2_800_000),
+                        ("1080p", 5_000_000),
+                    ];
                     let a = self.rng.below(4) as usize;
                     let b = (a + 1 + self.rng.below(3) as usize) % 4;
-                    let _ = write!(out, r#"{{"from":"{}","to":"{}","bitrate":{}}}"#, R[a].0, R[b].0, R[b].1);
+                    let _ = write!(
+                        out,
+                        r#"{{"from":"{}","to":"{}","bitrate":{}}}"#,
+                        R[a].0, R[b].0, R[b].1
+                    );
                 }
                 "error" => {
-                    let _ = write!(out, r#"{{"code":"MEDIA_ERR_NETWORK","message":"segment {} failed to load","fatal":false}}"#, pos / 6000);
+                    let _ = write!(
+                        out,
+                        r#"{{"code":"MEDIA_ERR_NETWORK","message":"segment {} failed to load","fatal":false}}"#,
+                        pos / 6000
+                    );
                 }
                 "session_end" => {
                     let _ = write!(out, r#"{{"reason":"ended","durationMs":{pos}}}"#);
@@ -279,7 +356,11 @@ async fn http(a: HttpArgs) -> Result<()> {
         let key = a.key.clone();
         let (batch, bps) = (a.batch, a.batches_per_session);
         tasks.push(tokio::spawn(async move {
-            let mut player = Player::new(w, 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1) * 0x1000_0001, bps);
+            let mut player = Player::new(
+                w,
+                0x9e37_79b9_7f4a_7c15 ^ ((w as u64 + 1) * 0x1000_0001),
+                bps,
+            );
             let mut stats = Stats::default();
             let mut body = String::with_capacity(batch * 160);
             // Spread the fixed-rate schedule of the connections over one period.
@@ -319,7 +400,13 @@ async fn http(a: HttpArgs) -> Result<()> {
                     Ok(r) => {
                         let status = r.status().as_u16();
                         let text = r.text().await.unwrap_or_default();
-                        *stats.errors.entry(format!("{status} {}", text.chars().take(120).collect::<String>())).or_default() += 1;
+                        *stats
+                            .errors
+                            .entry(format!(
+                                "{status} {}",
+                                text.chars().take(120).collect::<String>()
+                            ))
+                            .or_default() += 1;
                     }
                     Err(e) => {
                         *stats.errors.entry(format!("transport: {e}")).or_default() += 1;
@@ -357,7 +444,10 @@ async fn http(a: HttpArgs) -> Result<()> {
         a.rate.map_or("max".to_owned(), |r| format!("{r:.0}")),
         elapsed
     );
-    println!("acknowledged: {} batches, {} events, {:.0} events/s", all.ok_batches, events, eps);
+    println!(
+        "acknowledged: {} batches, {} events, {:.0} events/s",
+        all.ok_batches, events, eps
+    );
     println!(
         "latency ms: p50 {:.2}  p95 {:.2}  p99 {:.2}  max {:.2}",
         pct(0.50),
@@ -389,7 +479,9 @@ async fn http(a: HttpArgs) -> Result<()> {
 fn generate_rows(n: usize, batch: usize) -> Result<Vec<ingest::EventRow>> {
     let mut rows = Vec::with_capacity(n);
     let players = 256;
-    let mut ps: Vec<Player> = (0..players).map(|w| Player::new(w, 0xabcdef ^ (w as u64 + 7) * 31, 20)).collect();
+    let mut ps: Vec<Player> = (0..players)
+        .map(|w| Player::new(w, 0xabcdef ^ ((w as u64 + 7) * 31), 20))
+        .collect();
     let mut body = String::new();
     let mut i = 0;
     while rows.len() < n {
@@ -397,11 +489,95 @@ fn generate_rows(n: usize, batch: usize) -> Result<Vec<ingest::EventRow>> {
         i += 1;
         p.next_body("svc_loadgen", batch, &mut body);
         let mut bytes = body.clone().into_bytes();
-        let parsed = ingest::parse_batch(&mut bytes).map_err(|e| anyhow::anyhow!("generator produced an invalid batch: {e}"))?;
+        let parsed = ingest::parse_batch(&mut bytes)
+            .map_err(|e| anyhow::anyhow!("generator produced an invalid batch: {e}"))?;
         rows.extend(parsed.into_rows("loadgen-owner"));
     }
     rows.truncate(n);
     Ok(rows)
+}
+
+/// What to remove after a run.
+enum Cleanup {
+    Nothing,
+    DropDatabase { url: String, database: String },
+    RemoveDir(std::path::PathBuf),
+}
+
+impl Cleanup {
+    async fn run(self) {
+        match self {
+            Cleanup::Nothing => {}
+            Cleanup::DropDatabase { url, database } => {
+                let _ = reqwest::Client::new()
+                    .post(format!("{}/", url.trim_end_matches('/')))
+                    .body(format!("DROP DATABASE IF EXISTS {database}"))
+                    .send()
+                    .await;
+            }
+            Cleanup::RemoveDir(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// An opened sink and how to clean up after it.
+struct OpenSink {
+    sink: Arc<dyn ingest::EventSink>,
+    name: &'static str,
+    cleanup: Cleanup,
+}
+
+async fn open_sink(a: &SinkArgs) -> Result<OpenSink> {
+    match a.sink {
+        SinkKind::Clickhouse => {
+            let config = ingest::ClickHouseConfig::new(&a.clickhouse_url, &a.database);
+            let sink = ingest::ClickHouseSink::connect(&config)
+                .await
+                .context("clickhouse")?;
+            let cleanup = if a.keep {
+                Cleanup::Nothing
+            } else {
+                Cleanup::DropDatabase {
+                    url: a.clickhouse_url.clone(),
+                    database: a.database.clone(),
+                }
+            };
+            Ok(OpenSink {
+                sink: Arc::new(sink),
+                name: "clickhouse",
+                cleanup,
+            })
+        }
+        SinkKind::Sqlite => {
+            let (dir, temp) = match &a.data_dir {
+                Some(d) => (d.clone(), false),
+                None => (
+                    std::env::temp_dir().join(format!("loadgen-sqlite-{}", std::process::id())),
+                    true,
+                ),
+            };
+            let durability = match a.durability {
+                DurabilityArg::Full => ingest::Durability::Full,
+                DurabilityArg::Normal => ingest::Durability::Normal,
+            };
+            let sink =
+                ingest::SqliteSink::open_in_dir_with(&dir, ingest::SqliteOptions { durability })
+                    .await
+                    .context("sqlite")?;
+            let cleanup = if a.keep || !temp {
+                Cleanup::Nothing
+            } else {
+                Cleanup::RemoveDir(dir)
+            };
+            Ok(OpenSink {
+                sink: Arc::new(sink),
+                name: "sqlite",
+                cleanup,
+            })
+        }
+    }
 }
 
 async fn direct(a: DirectArgs) -> Result<()> {
@@ -411,25 +587,8 @@ async fn direct(a: DirectArgs) -> Result<()> {
     let t_gen = Instant::now();
     let rows = Arc::new(generate_rows(a.rows, 50)?);
     let gen_s = t_gen.elapsed().as_secs_f64();
-    let mut _tmp = None;
-    let (sink, name): (Arc<dyn ingest::EventSink>, &str) = match a.sink {
-        SinkKind::Clickhouse => {
-            let config = ingest::ClickHouseConfig::new(&a.clickhouse_url, &a.database);
-            let sink = ingest::ClickHouseSink::connect(&config).await.context("clickhouse")?;
-            (Arc::new(sink), "clickhouse")
-        }
-        SinkKind::Sqlite => {
-            let dir = match &a.data_dir {
-                Some(d) => d.clone(),
-                None => {
-                    let d = std::env::temp_dir().join(format!("loadgen-sqlite-{}", std::process::id()));
-                    _tmp = Some(d.clone());
-                    d
-                }
-            };
-            (Arc::new(ingest::SqliteSink::open_in_dir(&dir).await.context("sqlite")?), "sqlite")
-        }
-    };
+    let open = open_sink(&a.sink).await?;
+    let (sink, name) = (open.sink.clone(), open.name);
     let start = Instant::now();
     let chunks: Vec<(usize, usize)> = (0..rows.len())
         .step_by(a.batch_rows)
@@ -442,7 +601,9 @@ async fn direct(a: DirectArgs) -> Result<()> {
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Some(&(s, e)) = chunks.get(i) else { return Ok::<(), ingest::SinkError>(()) };
+                let Some(&(s, e)) = chunks.get(i) else {
+                    return Ok::<(), ingest::SinkError>(());
+                };
                 sink.write(&rows[s..e]).await?;
             }
         }));
@@ -458,7 +619,10 @@ async fn direct(a: DirectArgs) -> Result<()> {
         a.batch_rows,
         a.concurrency
     );
-    println!("inserted {} rows in {secs:.3}s: {rps:.0} rows/s", rows.len());
+    println!(
+        "inserted {} rows in {secs:.3}s: {rps:.0} rows/s",
+        rows.len()
+    );
     if a.json {
         println!(
             "{}",
@@ -468,18 +632,127 @@ async fn direct(a: DirectArgs) -> Result<()> {
             })
         );
     }
-    if !a.keep {
-        if let SinkKind::Clickhouse = a.sink {
-            let client = reqwest::Client::new();
-            let _ = client
-                .post(format!("{}/", a.clickhouse_url.trim_end_matches('/')))
-                .body(format!("DROP DATABASE IF EXISTS {}", a.database))
-                .send()
-                .await;
-        }
-        if let Some(d) = _tmp {
-            let _ = std::fs::remove_dir_all(d);
-        }
+    open.cleanup.run().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- writer mode
+
+async fn writer(a: WriterArgs) -> Result<()> {
+    if a.submitters == 0 || a.batch == 0 {
+        bail!("--submitters and --batch must be positive");
     }
+    // Pre-generate enough submissions for the run so generation is not measured.
+    let per_submitter = 4000;
+    let open = open_sink(&a.sink).await?;
+    let writer = ingest::BatchWriter::spawn(
+        open.sink.clone(),
+        ingest::WriterConfig {
+            max_in_flight: a.in_flight,
+            ..ingest::WriterConfig::default()
+        },
+    );
+    let duration = Duration::from_secs_f64(a.duration);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for w in 0..a.submitters {
+        let h = writer.handle();
+        let batch = a.batch;
+        tasks.push(tokio::spawn(async move {
+            let mut player = Player::new(w, 0x51ed ^ ((w as u64 + 3) * 7919), 20);
+            let mut body = String::new();
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            for _ in 0..per_submitter {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                player.next_body("svc_writer", batch, &mut body);
+                let mut bytes = body.as_bytes().to_vec();
+                let Ok(parsed) = ingest::parse_batch(&mut bytes) else {
+                    errors += 1;
+                    continue;
+                };
+                let rows = parsed.into_rows("writer-owner");
+                let t = Instant::now();
+                match h.submit(rows).await {
+                    Ok(()) => lat.push(t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32),
+                    Err(_) => errors += 1,
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.context("submitter")?;
+        lat.extend(l);
+        errors += e;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    writer.shutdown().await;
+    lat.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        f64::from(lat[((lat.len() as f64 - 1.0) * p).round() as usize]) / 1000.0
+    };
+    let events = lat.len() as u64 * a.batch as u64;
+    let eps = events as f64 / secs;
+    println!(
+        "mode=writer sink={} submitters={} batch={} in_flight={} duration={secs:.1}s",
+        open.name, a.submitters, a.batch, a.in_flight
+    );
+    println!("acknowledged {events} events: {eps:.0} events/s, errors {errors}");
+    println!(
+        "submit latency ms: p50 {:.2}  p95 {:.2}  p99 {:.2}",
+        pct(0.5),
+        pct(0.95),
+        pct(0.99)
+    );
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "mode": "writer", "sink": open.name, "submitters": a.submitters,
+                "in_flight": a.in_flight, "events_per_s": eps, "errors": errors,
+                "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99)
+            })
+        );
+    }
+    open.cleanup.run().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- parse mode
+
+fn parse(a: ParseArgs) -> Result<()> {
+    let mut player = Player::new(0, 42, 20);
+    let mut body = String::new();
+    let bodies: Vec<Vec<u8>> = (0..a.batches.max(1))
+        .map(|_| {
+            player.next_body("svc_parse", a.batch, &mut body);
+            body.as_bytes().to_vec()
+        })
+        .collect();
+    let bytes: usize = bodies.iter().map(Vec::len).sum();
+    let start = Instant::now();
+    let mut rows = 0usize;
+    for b in bodies {
+        let mut b = b;
+        let batch = ingest::parse_batch(&mut b).map_err(|e| anyhow::anyhow!("invalid: {e}"))?;
+        rows += batch.into_rows("owner").len();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "mode=parse batches={} events={rows} avg_body={}B: {:.0} events/s on one core ({:.0} MB/s)",
+        a.batches,
+        bytes / a.batches.max(1),
+        rows as f64 / secs,
+        bytes as f64 / secs / 1e6
+    );
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::time::serialize_ms;
 use crate::wire::EventType;
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseSink};
-pub use self::sqlite::SqliteSink;
+pub use self::sqlite::{Durability, SqliteOptions, SqliteSink};
 
 /// A storage failure. Whether retrying can help is a variant, not a string.
 ///

@@ -28,28 +28,73 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
 
 /// Rows per `INSERT` statement: 6 bind parameters each stays under SQLite's
 /// 32,766-parameter limit, and repeated full chunks reuse one cached statement.
-const ROWS_PER_STATEMENT: usize = 2000;
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// How hard a commit is pushed to disk before a write returns `Ok`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: the WAL is fsynced at every commit. An acknowledged
+    /// batch survives SIGKILL, a kernel crash and power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: no fsync at commit (only at checkpoints). An
+    /// acknowledged batch survives SIGKILL of the process (the WAL frames are in
+    /// the OS page cache once COMMIT returns), but the last commits can be lost on
+    /// power loss or a kernel crash. The database stays consistent either way.
+    Normal,
+}
+
+/// Options of [`SqliteSink::open_with`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SqliteOptions {
+    /// Commit durability (default [`Durability::Full`]).
+    pub durability: Durability,
+}
 
 /// Telemetry storage in an embedded SQLite file.
+///
+/// Writes go through one dedicated connection (SQLite has a single writer anyway,
+/// and one connection keeps its page cache warm across writes); reads use a
+/// separate small pool and never wait for a write (WAL).
 #[derive(Debug, Clone)]
 pub struct SqliteSink {
-    pool: SqlitePool,
+    writer: SqlitePool,
+    readers: SqlitePool,
 }
 
 impl SqliteSink {
-    /// Opens (creating if missing) `<data_dir>/telemetry.db` and applies migrations.
+    /// Opens (creating if missing) `<data_dir>/telemetry.db` with default options
+    /// and applies migrations.
     pub async fn open_in_dir(data_dir: &Path) -> Result<Self, SinkError> {
+        Self::open_in_dir_with(data_dir, SqliteOptions::default()).await
+    }
+
+    /// Like [`SqliteSink::open_in_dir`] with explicit options.
+    pub async fn open_in_dir_with(
+        data_dir: &Path,
+        options: SqliteOptions,
+    ) -> Result<Self, SinkError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             SinkError::Permanent(format!(
                 "cannot create data dir {}: {e}",
                 data_dir.display()
             ))
         })?;
-        Self::open(&data_dir.join(DB_FILE_NAME)).await
+        Self::open_with(&data_dir.join(DB_FILE_NAME), options).await
+    }
+
+    /// Opens (creating if missing) the database file at `path` with default
+    /// options and applies migrations.
+    pub async fn open(path: &Path) -> Result<Self, SinkError> {
+        Self::open_with(path, SqliteOptions::default()).await
     }
 
     /// Opens (creating if missing) the database file at `path` and applies migrations.
-    pub async fn open(path: &Path) -> Result<Self, SinkError> {
+    pub async fn open_with(path: &Path, opts: SqliteOptions) -> Result<Self, SinkError> {
+        let synchronous = match opts.durability {
+            Durability::Full => SqliteSynchronous::Full,
+            Durability::Normal => SqliteSynchronous::Normal,
+        };
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(map_err)?
             .filename(path)
@@ -58,27 +103,32 @@ impl SqliteSink {
             // Durability: a batch is acknowledged (204) only after COMMIT returns.
             // In WAL mode, synchronous=NORMAL already survives a SIGKILL of this
             // process (the committed WAL frames are in the OS page cache), but can
-            // lose the last commits on power loss or a kernel crash. FULL fsyncs the
-            // WAL at every commit, so an acknowledged batch survives those too. The
-            // group-commit writer makes that one fsync per gathered write, not one
-            // per request, so the cost is small.
-            .synchronous(if std::env::var("XP_OFF").is_ok() { SqliteSynchronous::Off } else if std::env::var("XP_NORMAL").is_ok() { SqliteSynchronous::Normal } else { SqliteSynchronous::Full })
+            // lose the last commits on power loss or a kernel crash. FULL (the
+            // default) fsyncs the WAL at every commit, so an acknowledged batch
+            // survives those too. The group-commit writer makes that one fsync per
+            // gathered write, not one per request, so the cost stays small.
+            .synchronous(synchronous)
             .busy_timeout(Duration::from_secs(10))
             .pragma("temp_store", "memory")
             .pragma("cache_size", "-65536");
-        let pool = SqlitePoolOptions::new()
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .map_err(map_err)?;
+        let readers = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
             .await
             .map_err(map_err)?;
-        let sink = Self { pool };
+        let sink = Self { writer, readers };
         sink.migrate().await?;
         Ok(sink)
     }
 
-    /// The pool, e.g. for analytics queries.
+    /// The read pool, e.g. for analytics queries.
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.readers
     }
 
     /// Applies every embedded migration not yet recorded, each in its own transaction.
@@ -87,11 +137,11 @@ impl SqliteSink {
             "CREATE TABLE IF NOT EXISTS telemetry_migrations \
              (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
         )
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(map_err)?;
         for (version, name, sql) in MIGRATIONS {
-            let mut tx = self.pool.begin().await.map_err(map_err)?;
+            let mut tx = self.writer.begin().await.map_err(map_err)?;
             let done: Option<i64> =
                 sqlx::query_scalar("SELECT version FROM telemetry_migrations WHERE version = ?")
                     .bind(version)
@@ -119,9 +169,10 @@ impl SqliteSink {
         Ok(())
     }
 
-    /// Closes the pool (checkpointing the WAL).
+    /// Closes both pools (the last connection checkpoints the WAL).
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.readers.close().await;
+        self.writer.close().await;
     }
 }
 
@@ -151,13 +202,8 @@ impl EventSink for SqliteSink {
         if rows.is_empty() {
             return Ok(());
         }
-        let per: usize = std::env::var("XP_PER").ok().and_then(|v| v.parse().ok()).unwrap_or(ROWS_PER_STATEMENT);
-        let mut sorted: Vec<&EventRow> = rows.iter().collect();
-        if std::env::var("XP_SORT").is_ok() {
-            sorted.sort_by(|a, b| (&*a.owner, &*a.session_id, a.ts_ms, a.event_type.as_str()).cmp(&(&*b.owner, &*b.session_id, b.ts_ms, b.event_type.as_str())));
-        }
-        let mut tx = self.pool.begin().await.map_err(map_err)?;
-        for chunk in sorted.chunks(per) {
+        let mut tx = self.writer.begin().await.map_err(map_err)?;
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             let mut qb: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
                 "INSERT OR IGNORE INTO telemetry_events \
                  (owner, session_id, ts, type, payload, content_id) ",
@@ -192,7 +238,7 @@ impl EventSink for SqliteSink {
         let rows = sqlx::query(&sql)
             .bind(owner)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.readers)
             .await
             .map_err(map_err)?;
         rows.iter()
@@ -224,7 +270,7 @@ impl EventSink for SqliteSink {
         )
         .bind(owner)
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await
         .map_err(map_err)?;
         rows.iter()

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use ingest::{ClickHouseConfig, ClickHouseSink, EventRow, EventSink, EventType, Payload, SqliteSink};
+use ingest::{
+    ClickHouseConfig, ClickHouseSink, EventRow, EventSink, EventType, Payload, SqliteSink,
+};
 use rand::Rng;
 
 /// ClickHouse HTTP endpoint for tests (`CLICKHOUSE_URL`, default local server).
@@ -30,7 +32,10 @@ impl TestSink {
             let client = clickhouse::Client::default()
                 .with_url(clickhouse_url())
                 .with_compression(clickhouse::Compression::None);
-            let _ = client.query(&format!("DROP DATABASE IF EXISTS {database}")).execute().await;
+            let _ = client
+                .query(&format!("DROP DATABASE IF EXISTS {database}"))
+                .execute()
+                .await;
         }
     }
 }
@@ -38,8 +43,13 @@ impl TestSink {
 /// A fresh SQLite sink in a temp dir.
 pub async fn sqlite() -> TestSink {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sink = SqliteSink::open_in_dir(dir.path()).await.expect("open sqlite sink");
-    TestSink { sink: Arc::new(sink), cleanup: Cleanup::Sqlite(dir) }
+    let sink = SqliteSink::open_in_dir(dir.path())
+        .await
+        .expect("open sqlite sink");
+    TestSink {
+        sink: Arc::new(sink),
+        cleanup: Cleanup::Sqlite(dir),
+    }
 }
 
 /// A random database name for one test.
@@ -59,7 +69,12 @@ pub async fn clickhouse() -> TestSink {
     let sink = ClickHouseSink::connect(&config).await.expect(
         "connect to ClickHouse (start it with ingest/scripts/start-clickhouse.sh or set CLICKHOUSE_URL)",
     );
-    TestSink { sink: Arc::new(sink), cleanup: Cleanup::ClickHouse { database: config.database } }
+    TestSink {
+        sink: Arc::new(sink),
+        cleanup: Cleanup::ClickHouse {
+            database: config.database,
+        },
+    }
 }
 
 /// Base time of test events: 2024-05-01T12:00:00.000Z.
@@ -87,10 +102,22 @@ pub fn payload(t: EventType, marker: f64) -> Payload {
             duration_ms: 3_600_000.0,
             content_id: format!("content-{marker}"),
         },
-        EventType::PlaybackPause => Payload::PlaybackPause { position_ms: marker, buffered_ms: 1.0 },
-        EventType::PlaybackResume => Payload::PlaybackResume { position_ms: marker, buffered_ms: 1.0 },
-        EventType::RebufferStart => Payload::RebufferStart { position_ms: marker, buffered_ms: 0.0 },
-        EventType::RebufferEnd => Payload::RebufferEnd { position_ms: marker, buffered_ms: 2.0 },
+        EventType::PlaybackPause => Payload::PlaybackPause {
+            position_ms: marker,
+            buffered_ms: 1.0,
+        },
+        EventType::PlaybackResume => Payload::PlaybackResume {
+            position_ms: marker,
+            buffered_ms: 1.0,
+        },
+        EventType::RebufferStart => Payload::RebufferStart {
+            position_ms: marker,
+            buffered_ms: 0.0,
+        },
+        EventType::RebufferEnd => Payload::RebufferEnd {
+            position_ms: marker,
+            buffered_ms: 2.0,
+        },
         EventType::QualityChange => Payload::QualityChange {
             from: "720p".into(),
             to: "1080p".into(),

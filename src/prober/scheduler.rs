@@ -9,7 +9,11 @@
 //!   accumulate; when that is already past (downtime, a probe slower than its period) the
 //!   stream is re-spread to a random time within one period.
 //! * A newly registered stream is due at its creation time and is picked up by the next
-//!   poll (at most [`SchedulerConfig::max_tick`] later).
+//!   poll (at most [`SchedulerConfig::max_tick`] later); its first probe sets its phase.
+//! * The poll loop sleeps until the earliest due time, within
+//!   [`SchedulerConfig::min_tick`]..=[`SchedulerConfig::max_tick`], so due streams are
+//!   claimed in batches; a probe that schedules its stream before the loop's planned wake-up
+//!   (short periods) wakes it early.
 //! * At start-up, streams overdue by more than [`STARTUP_GRACE`] (the service was down) get
 //!   a random due time within one interval: no thundering herd.
 //!
@@ -19,6 +23,11 @@
 //! the probe timeout plus [`LEASE_MARGIN`]; recording the probe clears it and stores the
 //! next due time, so each stream is probed once per period overall. A crashed instance's
 //! leases simply expire.
+//!
+//! Staleness memory ([`StalenessTracker`]) lives in the instance; with several instances a
+//! stream's observations are split between them, which delays (never falsifies) the verdict.
+//! Clocks: due times and leases are wall-clock epoch milliseconds of the instances, so
+//! instances sharing a database need synchronised clocks (NTP).
 //!
 //! Shutdown: when the stop signal fires no more streams are claimed, and [`Scheduler::run`]
 //! returns once every in-flight probe is recorded.

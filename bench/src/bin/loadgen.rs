@@ -234,6 +234,18 @@ impl Player {
 
     /// Writes the next batch's JSON body into `out`.
     fn next_body(&mut self, api_key: &str, events: usize, out: &mut String) {
+        self.next_body_with(api_key, events, out, |_, _| {});
+    }
+
+    /// Like [`Player::next_body`], reporting each event's `ts` as (byte offset of
+    /// its ISO string in `out`, epoch ms).
+    fn next_body_with(
+        &mut self,
+        api_key: &str,
+        events: usize,
+        out: &mut String,
+        mut on_ts: impl FnMut(usize, i64),
+    ) {
         out.clear();
         let _ = write!(
             out,
@@ -264,9 +276,11 @@ impl Player {
             if i > 0 {
                 out.push(',');
             }
+            let _ = write!(out, r#"{{"type":"{t}","ts":""#);
+            on_ts(out.len(), self.ts_ms);
             let _ = write!(
                 out,
-                r#"{{"type":"{t}","ts":"{}","payload":"#,
+                r#"{}","payload":"#,
                 ingest::time::format_ms(self.ts_ms)
             );
             let pos = self.position_ms;
@@ -320,6 +334,65 @@ impl Player {
 
 // ---------------------------------------------------------------- http mode
 
+/// CPU seconds (user + system) this process has used so far, from
+/// `/proc/self/stat` (0 where that file does not exist).
+fn self_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Width of the session ids written into templates (`lg-` + 21 hex digits).
+const SESSION_ID_LEN: usize = 24;
+
+/// A pre-built request body with the byte offsets of its session id and of each
+/// event's `ts`, so a request is a copy plus a few patches, not a JSON build.
+struct Template {
+    body: Vec<u8>,
+    session_at: usize,
+    /// (offset of the 24-byte ISO timestamp, ms after the session's base time).
+    ts_at: Vec<(usize, i64)>,
+}
+
+/// Builds the templates of one simulated session: `batches_per_session` bodies
+/// with the generator's event mix, `playback_start` first and `session_end` last.
+fn build_templates(key: &str, batch: usize, batches_per_session: usize, seed: u64) -> Vec<Template> {
+    let mut player = Player::new(0, seed, batches_per_session);
+    player.session = "X".repeat(SESSION_ID_LEN);
+    let base = player.ts_ms;
+    let mut body = String::new();
+    (0..batches_per_session.max(1))
+        .map(|_| {
+            let mut ts = Vec::with_capacity(batch);
+            player.next_body_with(key, batch, &mut body, |at, ms| ts.push((at, ms - base)));
+            player.session = "X".repeat(SESSION_ID_LEN);
+            let session_at = body.find(r#""sessionId":""#).map_or(0, |i| i + 13);
+            Template {
+                body: body.as_bytes().to_vec(),
+                session_at,
+                ts_at: ts,
+            }
+        })
+        .collect()
+}
+
+/// Writes `ms` as `YYYY-MM-DDTHH:MM:SS.sssZ` (24 bytes) into `out`.
+fn put_iso_ms(out: &mut [u8], ms: i64) {
+    let s = ingest::time::format_ms(ms);
+    out[..24].copy_from_slice(&s.as_bytes()[..24]);
+}
+
+/// Fills `out` with the `n`-th session's id: distinct per (worker, n), fixed width.
+fn put_session_id(out: &mut [u8], worker: usize, n: u64, salt: u64) {
+    let id = format!("lg-{:05x}{:016x}", worker & 0xf_ffff, n ^ salt);
+    out[..SESSION_ID_LEN].copy_from_slice(&id.as_bytes()[..SESSION_ID_LEN]);
+}
+
 #[derive(Default)]
 struct Stats {
     ok_batches: u64,
@@ -327,17 +400,44 @@ struct Stats {
     errors: std::collections::BTreeMap<String, u64>,
 }
 
+impl Stats {
+    fn error(&mut self, e: String) {
+        *self.errors.entry(e).or_default() += 1;
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection to the service (plain hyper: the cheapest
+/// client, so the load generator leaves the CPU to the server).
+struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Result<Self> {
+        let stream = tokio::net::TcpStream::connect(addr).await.context("connect")?;
+        stream.set_nodelay(true).context("nodelay")?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .context("handshake")?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Self { sender })
+    }
+}
+
 async fn http(a: HttpArgs) -> Result<()> {
+    use http_body_util::BodyExt as _;
+
     if a.connections == 0 || a.batch == 0 {
         bail!("--connections and --batch must be positive");
     }
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(a.connections)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .context("http client")?;
-    let url = format!("{}/api/v1/telemetry", a.url.trim_end_matches('/'));
+    let base = reqwest::Url::parse(&a.url).context("--url")?;
+    let host = base.host_str().context("--url has no host")?.to_owned();
+    let port = base.port_or_known_default().unwrap_or(80);
+    let addr = format!("{host}:{port}");
+    let path = format!("{}/api/v1/telemetry", base.path().trim_end_matches('/'));
     let auth = format!("Bearer {}", a.key);
     let duration = Duration::from_secs_f64(a.duration);
     // Per-connection interval between sends in fixed-rate mode.
@@ -345,24 +445,38 @@ async fn http(a: HttpArgs) -> Result<()> {
         let batches_per_s = r / a.batch as f64;
         Duration::from_secs_f64(a.connections as f64 / batches_per_s.max(1e-9))
     });
+    // A few template sessions; connections start at different ones. Every request
+    // gets its connection's current session id (new every `batches_per_session`
+    // batches) and timestamps moved to that session's own clock, so no two
+    // requests carry the same (sessionId, ts, type).
+    let variants = 8;
+    let templates: Arc<Vec<Vec<Template>>> = Arc::new(
+        (0..variants)
+            .map(|v| build_templates(&a.key, a.batch, a.batches_per_session, 0x5eed + v as u64))
+            .collect(),
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let salt = (now_ms as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let cpu0 = self_cpu_s();
     let start = Instant::now();
     let deadline = start + duration;
     let conns = a.connections;
     let mut tasks = Vec::with_capacity(conns);
     for w in 0..conns {
-        let client = client.clone();
-        let url = url.clone();
-        let auth = auth.clone();
-        let key = a.key.clone();
-        let (batch, bps) = (a.batch, a.batches_per_session);
+        let (addr, path, auth, host) = (addr.clone(), path.clone(), auth.clone(), host.clone());
+        let templates = templates.clone();
         tasks.push(tokio::spawn(async move {
-            let mut player = Player::new(
-                w,
-                0x9e37_79b9_7f4a_7c15 ^ ((w as u64 + 1) * 0x1000_0001),
-                bps,
-            );
             let mut stats = Stats::default();
-            let mut body = String::with_capacity(batch * 160);
+            let mut conn: Option<Conn> = None;
+            let session_set = &templates[w % templates.len()];
+            let mut sessions = 0u64;
+            let mut batch_no = 0usize;
+            let mut session_base = now_ms;
+            let mut session_id = [0u8; SESSION_ID_LEN];
+            put_session_id(&mut session_id, w, sessions, salt);
             // Spread the fixed-rate schedule of the connections over one period.
             let mut next = period.map(|p| start + p.mul_f64(w as f64 / conns as f64));
             loop {
@@ -383,33 +497,70 @@ async fn http(a: HttpArgs) -> Result<()> {
                         now
                     }
                 };
-                player.next_body(&key, batch, &mut body);
-                let res = client
-                    .post(&url)
-                    .header("authorization", &auth)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await;
-                let us = scheduled.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
-                match res {
-                    Ok(r) if r.status().as_u16() == 204 => {
-                        stats.ok_batches += 1;
-                        stats.latencies_us.push(us);
+                let tpl = &session_set[batch_no];
+                let mut body = tpl.body.clone();
+                body[tpl.session_at..tpl.session_at + SESSION_ID_LEN].copy_from_slice(&session_id);
+                for &(at, offset) in &tpl.ts_at {
+                    put_iso_ms(&mut body[at..at + 24], session_base + offset);
+                }
+                batch_no += 1;
+                if batch_no == session_set.len() {
+                    batch_no = 0;
+                    sessions += 1;
+                    put_session_id(&mut session_id, w, sessions, salt);
+                    session_base += 1_000;
+                }
+                if conn.as_ref().is_none_or(|c| c.sender.is_closed()) {
+                    match Conn::open(&addr).await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => {
+                            stats.error(format!("transport: {e:#}"));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
                     }
+                }
+                let Some(c) = conn.as_mut() else { continue };
+                let req = hyper::Request::post(path.as_str())
+                    .header("host", host.as_str())
+                    .header("authorization", auth.as_str())
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(body)));
+                let req = match req {
+                    Ok(r) => r,
+                    Err(e) => {
+                        stats.error(format!("request: {e}"));
+                        continue;
+                    }
+                };
+                let res = async {
+                    c.sender.ready().await?;
+                    c.sender.send_request(req).await
+                }
+                .await;
+                match res {
                     Ok(r) => {
                         let status = r.status().as_u16();
-                        let text = r.text().await.unwrap_or_default();
-                        *stats
-                            .errors
-                            .entry(format!(
+                        let body = r.into_body().collect().await.map(|b| b.to_bytes());
+                        let us = scheduled.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+                        match body {
+                            Ok(_) if status == 204 => {
+                                stats.ok_batches += 1;
+                                stats.latencies_us.push(us);
+                            }
+                            Ok(text) => stats.error(format!(
                                 "{status} {}",
-                                text.chars().take(120).collect::<String>()
-                            ))
-                            .or_default() += 1;
+                                String::from_utf8_lossy(&text).chars().take(120).collect::<String>()
+                            )),
+                            Err(e) => {
+                                conn = None;
+                                stats.error(format!("transport: {e}"));
+                            }
+                        }
                     }
                     Err(e) => {
-                        *stats.errors.entry(format!("transport: {e}")).or_default() += 1;
+                        conn = None;
+                        stats.error(format!("transport: {e}"));
                     }
                 }
             }
@@ -426,6 +577,7 @@ async fn http(a: HttpArgs) -> Result<()> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu_s = self_cpu_s() - cpu0;
     all.latencies_us.sort_unstable();
     let pct = |p: f64| -> f64 {
         if all.latencies_us.is_empty() {
@@ -455,7 +607,10 @@ async fn http(a: HttpArgs) -> Result<()> {
         pct(0.99),
         pct(1.0)
     );
-    println!("errors: {errors}");
+    println!(
+        "errors: {errors}   loadgen cpu: {cpu_s:.1}s ({:.0}% of one core)",
+        100.0 * cpu_s / elapsed
+    );
     for (k, v) in &all.errors {
         println!("  {v} × {k}");
     }
@@ -466,7 +621,8 @@ async fn http(a: HttpArgs) -> Result<()> {
                 "mode": "http", "connections": a.connections, "batch": a.batch,
                 "rate": a.rate, "seconds": elapsed, "batches": all.ok_batches,
                 "events": events, "events_per_s": eps, "errors": errors,
-                "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0)
+                "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": pct(1.0),
+                "loadgen_cpu_s": cpu_s
             })
         );
     }

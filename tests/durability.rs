@@ -33,17 +33,7 @@ async fn acknowledged_batches_survive_sigkill(extra_env: Vec<(&'static str, Stri
     let mut first = Process::start(dir.path(), &env).await;
     let cookie = first.sign_up("dev@example.com").await;
     let client = reqwest::Client::new();
-    let minted: Value = client
-        .post(first.url("/api/v1/keys"))
-        .header("cookie", format!("auth.session_token={cookie}"))
-        .json(&json!({ "label": "load" }))
-        .send()
-        .await
-        .expect("mint")
-        .json()
-        .await
-        .expect("json");
-    let key = minted["rawKey"].as_str().expect("raw").to_owned();
+    let (key, _) = first.mint_key(&cookie).await;
 
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut load = Vec::new();
@@ -109,17 +99,7 @@ async fn sigterm_finishes_in_flight_writes() {
     let mut p = Process::start(dir.path(), &[]).await;
     let cookie = p.sign_up("dev@example.com").await;
     let client = reqwest::Client::new();
-    let minted: Value = client
-        .post(p.url("/api/v1/keys"))
-        .header("cookie", format!("auth.session_token={cookie}"))
-        .json(&json!({ "label": "load" }))
-        .send()
-        .await
-        .expect("mint")
-        .json()
-        .await
-        .expect("json");
-    let key = minted["rawKey"].as_str().expect("raw").to_owned();
+    let (key, _) = p.mint_key(&cookie).await;
     let mut inflight = Vec::new();
     for n in 0..64 {
         let (client, url, key) = (client.clone(), p.url("/api/v1/telemetry"), key.clone());

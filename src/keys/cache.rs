@@ -5,23 +5,33 @@
 //! * Same instance: revoke bumps an epoch and drops the entry under one lock; a fill that
 //!   started before the revoke sees the epoch moved and does not store what it read, so a
 //!   racing fill can never resurrect a revoked key.
-//! * Other instances (PostgreSQL): the revoke sends `NOTIFY streamwatch_keys, '<hash>'` in
-//!   its transaction; every instance LISTENs and drops the hash. The revoking request waits
-//!   until its own listener has seen the notification, which PostgreSQL delivers to every
-//!   listener at the same commit. After a lost listener connection the whole cache is dropped.
+//! * Other instances (PostgreSQL): every instance LISTENs on `streamwatch_keys` with a
+//!   connection named `streamwatch-keys-<instance id>`. A mint or revoke counts those live
+//!   listeners in `pg_stat_activity`, sends `NOTIFY streamwatch_keys '<change id>:<hash>'`, and
+//!   waits until each listener has dropped the hash and answered on `streamwatch_keys_ack`
+//!   (bounded by [`ACK_TIMEOUT`], so a wedged instance cannot block revokes forever). Only then
+//!   does the revoking request answer, so the next request to any instance sees the revoke.
+//!   After a lost listener connection that instance drops its whole cache.
 //! * `lastUsedAt` is written at most once a minute per key by a background task.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moka::sync::Cache;
-use tokio::sync::{mpsc, watch};
+use sqlx::Row;
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::{KeyOwner, Keys};
 use crate::accounts::token::sha256_hex;
 use crate::db::{DbError, Engine};
 
 pub const NOTIFY_CHANNEL: &str = "streamwatch_keys";
+pub const ACK_CHANNEL: &str = "streamwatch_keys_ack";
+/// `application_name` prefix of the listener connections, counted to know who must ack.
+const LISTENER_APP: &str = "streamwatch-keys-";
+/// Longest a mint or revoke waits for every instance to drop the key.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Safety net: even without notifications an entry lives at most this long.
 const POSITIVE_TTL: Duration = Duration::from_secs(300);
 /// Unknown keys are remembered briefly so a flood of bad keys does not reach the database.
@@ -40,8 +50,11 @@ pub struct KeyCache {
     epoch: Arc<Mutex<u64>>,
     touched: Cache<String, ()>,
     touch_tx: mpsc::Sender<String>,
-    /// Hashes seen by this instance's NOTIFY listener (PostgreSQL only).
-    seen_tx: Arc<watch::Sender<Option<String>>>,
+    /// Names this instance's listener connection.
+    instance_id: Arc<str>,
+    /// Acknowledging instances per pending change id (PostgreSQL only).
+    acks: Arc<Mutex<HashMap<String, HashSet<String>>>>,
+    ack_arrived: Arc<Notify>,
     engine: Engine,
 }
 
@@ -49,7 +62,6 @@ impl KeyCache {
     /// The cache and the receiving end of `lastUsedAt` updates for [`run_touch_writer`].
     pub fn new(keys: Keys, engine: Engine) -> (Self, mpsc::Receiver<String>) {
         let (touch_tx, touch_rx) = mpsc::channel(10_000);
-        let (seen_tx, _) = watch::channel(None);
         let cache = Self {
             keys,
             positive: Cache::builder()
@@ -66,7 +78,9 @@ impl KeyCache {
                 .time_to_live(TOUCH_EVERY)
                 .build(),
             touch_tx,
-            seen_tx: Arc::new(seen_tx),
+            instance_id: crate::time::new_id().into(),
+            acks: Arc::default(),
+            ack_arrived: Arc::default(),
             engine,
         };
         (cache, touch_rx)
@@ -127,21 +141,57 @@ impl KeyCache {
         if self.engine != Engine::Postgres {
             return Ok(());
         }
-        let mut seen = self.seen_tx.subscribe();
-        sqlx::query("SELECT pg_notify($1, $2)")
+        let pool = &self.keys.db.pool;
+        let listeners: i64 = sqlx::query(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE application_name LIKE $1",
+        )
+        .bind(format!("{LISTENER_APP}%"))
+        .fetch_one(pool)
+        .await?
+        .get(0);
+        let change = crate::time::new_id();
+        self.acks.lock().unwrap_or_else(|p| p.into_inner()).insert(change.clone(), HashSet::new());
+        let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(NOTIFY_CHANNEL)
-            .bind(hash)
-            .execute(&self.keys.db.pool)
-            .await?;
-        // Our own listener hears the notification at the same commit as every other instance.
-        let wait = seen.wait_for(|h| h.as_deref() == Some(hash));
-        if tokio::time::timeout(Duration::from_secs(2), wait)
-            .await
-            .is_err()
-        {
-            tracing::warn!("key change notification not seen within 2 s");
+            .bind(format!("{change}:{hash}"))
+            .execute(pool)
+            .await;
+        let waited = async {
+            loop {
+                let arrived = self.ack_arrived.notified();
+                let acked = self.acks.lock().unwrap_or_else(|p| p.into_inner()).get(&change).map_or(0, HashSet::len);
+                if acked as i64 >= listeners {
+                    return;
+                }
+                arrived.await;
+            }
+        };
+        let on_time = sent.is_ok() && tokio::time::timeout(ACK_TIMEOUT, waited).await.is_ok();
+        self.acks.lock().unwrap_or_else(|p| p.into_inner()).remove(&change);
+        sent?;
+        if !on_time {
+            tracing::warn!(listeners, "not every instance acknowledged a key change in time");
         }
         Ok(())
+    }
+
+    /// Handles one notification on either channel.
+    async fn on_notification(&self, listener: &mut sqlx::postgres::PgListener, n: &sqlx::postgres::PgNotification) {
+        let Some((id, rest)) = n.payload().split_once(':') else { return };
+        if n.channel() == NOTIFY_CHANNEL {
+            self.invalidate(Some(rest));
+            let ack = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(ACK_CHANNEL)
+                .bind(format!("{id}:{}", self.instance_id))
+                .execute(&mut *listener)
+                .await;
+            if let Err(e) = ack {
+                tracing::warn!(error = %e, "could not acknowledge a key change");
+            }
+        } else if let Some(set) = self.acks.lock().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
+            set.insert(rest.to_owned());
+            self.ack_arrived.notify_waiters();
+        }
     }
 
     fn note_use(&self, key_id: &str) {
@@ -158,8 +208,9 @@ impl KeyCache {
         if self.engine != Engine::Postgres {
             return;
         }
+        let url = listener_url(&database_url, &self.instance_id);
         loop {
-            let mut listener = match sqlx::postgres::PgListener::connect(&database_url).await {
+            let mut listener = match sqlx::postgres::PgListener::connect(&url).await {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!(error = %e, "key listener cannot connect; retrying");
@@ -169,7 +220,7 @@ impl KeyCache {
                     }
                 }
             };
-            if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
+            if let Err(e) = listener.listen_all([NOTIFY_CHANNEL, ACK_CHANNEL]).await {
                 tracing::warn!(error = %e, "key listener cannot LISTEN; retrying");
                 continue;
             }
@@ -178,10 +229,7 @@ impl KeyCache {
             loop {
                 tokio::select! {
                     msg = listener.try_recv() => match msg {
-                        Ok(Some(n)) => {
-                            self.invalidate(Some(n.payload()));
-                            self.seen_tx.send_replace(Some(n.payload().to_owned()));
-                        }
+                        Ok(Some(n)) => self.on_notification(&mut listener, &n).await,
                         // Connection lost and re-established: notifications may be missing.
                         Ok(None) => self.invalidate(None),
                         Err(e) => {
@@ -193,6 +241,25 @@ impl KeyCache {
                 }
             }
         }
+    }
+}
+
+/// The database URL with this instance's listener `application_name`.
+fn listener_url(database_url: &str, instance_id: &str) -> String {
+    match url::Url::parse(database_url) {
+        Ok(mut u) => {
+            let kept: Vec<(String, String)> = u
+                .query_pairs()
+                .filter(|(k, _)| k != "application_name")
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            u.query_pairs_mut()
+                .clear()
+                .extend_pairs(kept)
+                .append_pair("application_name", &format!("{LISTENER_APP}{instance_id}"));
+            u.to_string()
+        }
+        Err(_) => database_url.to_owned(),
     }
 }
 

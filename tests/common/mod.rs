@@ -303,6 +303,22 @@ impl Process {
         session_cookie_of(&r).expect("cookie")
     }
 
+    /// Mints an API key for the signed-in cookie; returns `(raw key, key id)`.
+    pub async fn mint_key(&self, cookie: &str) -> (String, String) {
+        let minted: Value = reqwest::Client::new()
+            .post(self.url("/api/v1/keys"))
+            .header("cookie", format!("auth.session_token={cookie}"))
+            .json(&json!({ "label": "test" }))
+            .send()
+            .await
+            .expect("mint")
+            .json()
+            .await
+            .expect("json");
+        let field = |k: &str| minted[k].as_str().expect("key field").to_owned();
+        (field("rawKey"), field("id"))
+    }
+
     /// SIGKILL: no chance to flush anything.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

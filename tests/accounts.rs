@@ -182,7 +182,34 @@ async fn foreign_origin_makes_the_cookie_absent(app: TestApp) {
     assert_eq!(r.status(), StatusCode::OK);
 }
 
+/// An unknown e-mail costs a password verification too (a dummy hash), so response time does
+/// not reveal which e-mails have accounts.
+async fn unknown_email_takes_as_long_as_a_wrong_password(app: TestApp) {
+    app.user("grace@example.com").await;
+    let median = |mut v: Vec<std::time::Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let time = |email: &'static str| {
+        let app = &app;
+        async move {
+            let mut v = Vec::new();
+            for _ in 0..7 {
+                let t = std::time::Instant::now();
+                let r = app.post("/api/auth/sign-in/email", None, json!({ "email": email, "password": "wrong-password" })).await;
+                assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+                v.push(t.elapsed());
+            }
+            v
+        }
+    };
+    let known = median(time("grace@example.com").await);
+    let unknown = median(time("nobody@example.com").await);
+    assert!(unknown * 2 >= known && known * 2 >= unknown, "known {known:?} vs unknown {unknown:?}");
+}
+
 on_both_engines!(
+    unknown_email_takes_as_long_as_a_wrong_password,
     sign_up_returns_token_user_and_cookie,
     sign_up_failures_mirror_better_auth,
     sign_in_issues_a_fresh_session_each_time,

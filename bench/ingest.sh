@@ -112,6 +112,7 @@ for sink in $SINKS; do
     R[$sink.err]="$(json "['errors']" <"$OUT/$sink/max.txt")"
     secs="$(json "['seconds']" <"$OUT/$sink/max.txt")"
     lg="$(json "['loadgen_cpu_s']" <"$OUT/$sink/max.txt")"
+    R[$sink.chus]="$(python3 -c "print('%.2f' % (($c1-$c0)*1e6/max(1,$(json "['events']" <"$OUT/$sink/max.txt"))))")"
     R[$sink.cpu]="$(python3 -c "
 s=$secs; srv=($s1-$s0)/s; ch=($c1-$c0)/s; lg=$lg/s; tot=($a1-$a0)/s
 print('server %.2f, clickhouse %.2f, loadgen %.2f, other %.2f (cores)' % (srv, ch if '$sink'=='clickhouse' else 0.0, lg, max(0.0, tot-srv-lg-(ch if '$sink'=='clickhouse' else 0.0))))")"
@@ -133,9 +134,13 @@ done
 
 echo "=== direct bulk insert into ClickHouse through the sink (same generator) ==="
 ROWS=1000000
+c0="$(cpu_of "$CH_PID")"
 "$LOADGEN" direct --sink clickhouse --clickhouse-url "$CH_URL" --rows "$ROWS" \
     --batch-rows 10000 --database "bench_direct_$$" --json | tee "$OUT/direct.txt"
 DIRECT="$(json "['rows_per_s']" <"$OUT/direct.txt")"
+sleep 3 # let the merges the inserts triggered run, they are part of the cost
+c1="$(cpu_of "$CH_PID")"
+CH_US_PER_ROW="$(python3 -c "print('%.2f' % (($c1 - $c0) * 1e6 / $ROWS))")"
 
 echo
 echo "summary: $(date -u +%FT%TZ), $(nproc) cores, loadgen on the same machine, ${CONNECTIONS} connections, batches of ${BATCH}, ${DURATION} s per run; load after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -149,4 +154,7 @@ for sink in $SINKS; do
         "$(printf '%.1f / %.1f / %.1f' "${R[$sink.p50]}" "${R[$sink.p95]}" "${R[$sink.p99]}")" \
         "${R[$sink.hwm]}" "${R[$sink.rss]}" "${R[$sink.maxp99]}" "${ratio:--}" "${R[$sink.cpu]}"
 done
-printf 'direct ClickHouse insert: %.0f rows/s (1M rows, 10,000-row inserts)\n' "$DIRECT"
+printf 'direct ClickHouse insert: %.0f rows/s (1M rows, 10,000-row inserts), ClickHouse CPU %s µs/row (merges included)\n' "$DIRECT" "$CH_US_PER_ROW"
+case " $SINKS " in *" clickhouse "*)
+    printf 'ClickHouse CPU during the flat-out HTTP run: %s µs per acknowledged event\n' "${R[clickhouse.chus]}" ;;
+esac

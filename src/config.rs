@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use ipnet::IpNet;
 
 /// Command line of the `streamwatch` binary.
@@ -112,14 +112,22 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
-    /// The defaults of every setting, as `streamwatch serve` with no flags and no env would
-    /// get them, with the data dir given. Tests start from this and change what they need.
+    /// The defaults of every setting, with the data dir given, ignoring the environment:
+    /// tests and benchmarks start from this and change what they need, whatever variables
+    /// the shell that runs them has set.
     pub fn defaults(data_dir: impl Into<PathBuf>) -> Self {
-        let mut cfg = Cli::parse_from(["streamwatch", "serve"]);
-        let Command::Serve(ref mut c) = cfg.command;
+        let mut c = parse_args(["serve"]).expect("the defaults parse");
         c.data_dir = data_dir.into();
-        *c.clone()
+        c
     }
+}
+
+/// `streamwatch <args>` parsed from flags alone, every env binding removed.
+fn parse_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Config, clap::Error> {
+    let cmd = Cli::command().mut_subcommand("serve", |s| s.mut_args(|a| a.env(None)));
+    let matches = cmd.try_get_matches_from(std::iter::once("streamwatch").chain(args))?;
+    let Command::Serve(c) = Cli::from_arg_matches(&matches)?.command;
+    Ok(*c)
 }
 
 /// Which relational engine holds accounts, streams, probes and keys.
@@ -224,13 +232,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Config, String> {
-        let mut argv = vec!["streamwatch", "serve"];
-        argv.extend_from_slice(args);
-        Cli::try_parse_from(argv)
-            .map(|c| match c.command {
-                Command::Serve(c) => *c,
-            })
-            .map_err(|e| e.to_string())
+        parse_args(std::iter::once("serve").chain(args.iter().copied())).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -280,6 +282,14 @@ mod tests {
         .expect("parses");
         assert_eq!(c.allow_private.0.len(), 3);
         assert_eq!(c.auth_rate_limit, RateLimit::Off);
+    }
+
+    #[test]
+    fn defaults_ignore_the_environment() {
+        // Set for this process only; the no-env parser must not see it.
+        std::env::set_var("STREAMWATCH_SLOW_MS", "7");
+        assert_eq!(Config::defaults("/tmp/x").slow_ms, 2000);
+        std::env::remove_var("STREAMWATCH_SLOW_MS");
     }
 
     #[test]

@@ -5,6 +5,12 @@ use streamwatch::config::{Cli, Command};
 use streamwatch::startup::Server;
 use tracing_subscriber::EnvFilter;
 
+// mimalloc: the ingest path allocates per event (payload strings, rows) from many
+// threads at once; it is measurably cheaper there than glibc malloc
+// (docs/benchmarks.md, "Telemetry ingest").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();

@@ -361,7 +361,12 @@ struct Template {
 
 /// Builds the templates of one simulated session: `batches_per_session` bodies
 /// with the generator's event mix, `playback_start` first and `session_end` last.
-fn build_templates(key: &str, batch: usize, batches_per_session: usize, seed: u64) -> Vec<Template> {
+fn build_templates(
+    key: &str,
+    batch: usize,
+    batches_per_session: usize,
+    seed: u64,
+) -> Vec<Template> {
     let mut player = Player::new(0, seed, batches_per_session);
     player.session = "X".repeat(SESSION_ID_LEN);
     let base = player.ts_ms;
@@ -414,7 +419,9 @@ struct Conn {
 
 impl Conn {
     async fn open(addr: &str) -> Result<Self> {
-        let stream = tokio::net::TcpStream::connect(addr).await.context("connect")?;
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .context("connect")?;
         stream.set_nodelay(true).context("nodelay")?;
         let (sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -550,7 +557,10 @@ async fn http(a: HttpArgs) -> Result<()> {
                             }
                             Ok(text) => stats.error(format!(
                                 "{status} {}",
-                                String::from_utf8_lossy(&text).chars().take(120).collect::<String>()
+                                String::from_utf8_lossy(&text)
+                                    .chars()
+                                    .take(120)
+                                    .collect::<String>()
                             )),
                             Err(e) => {
                                 conn = None;

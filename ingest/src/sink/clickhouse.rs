@@ -335,7 +335,11 @@ impl EventSink for ClickHouseSink {
             .await
             .map_err(map_err)?
             .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
-        for (i, r) in rows.iter().enumerate() {
+        // Rows go out in key order, so the server need not sort the block (about
+        // 40% of its insert CPU on 18.16, docs/benchmarks.md); `ver` still follows
+        // the submission order `i`, so the first submitted row of a key wins.
+        for i in super::key_order(rows) {
+            let r = &rows[i];
             let row = InsertRow {
                 owner: &r.owner,
                 session_id: &r.session_id,

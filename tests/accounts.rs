@@ -186,26 +186,23 @@ async fn foreign_origin_makes_the_cookie_absent(app: TestApp) {
 /// not reveal which e-mails have accounts.
 async fn unknown_email_takes_as_long_as_a_wrong_password(app: TestApp) {
     app.user("grace@example.com").await;
-    let median = |mut v: Vec<std::time::Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let time = |email: &'static str| {
+    let attempt = |email: &'static str| {
         let app = &app;
         async move {
-            let mut v = Vec::new();
-            for _ in 0..7 {
-                let t = std::time::Instant::now();
-                let r = app.post("/api/auth/sign-in/email", None, json!({ "email": email, "password": "wrong-password" })).await;
-                assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-                v.push(t.elapsed());
-            }
-            v
+            let t = std::time::Instant::now();
+            let r = app.post("/api/auth/sign-in/email", None, json!({ "email": email, "password": "wrong-password" })).await;
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+            t.elapsed()
         }
     };
-    let known = median(time("grace@example.com").await);
-    let unknown = median(time("nobody@example.com").await);
-    assert!(unknown * 2 >= known && known * 2 >= unknown, "known {known:?} vs unknown {unknown:?}");
+    // Interleaved, so both kinds share the machine's noise; the minimum is the intrinsic cost.
+    let (mut known, mut unknown) = (std::time::Duration::MAX, std::time::Duration::MAX);
+    for _ in 0..9 {
+        known = known.min(attempt("grace@example.com").await);
+        unknown = unknown.min(attempt("nobody@example.com").await);
+    }
+    // Skipping the hash would make the unknown case ~30x faster; allow 3x for noise.
+    assert!(unknown * 3 >= known && known * 3 >= unknown, "known {known:?} vs unknown {unknown:?}");
 }
 
 on_both_engines!(

@@ -33,9 +33,28 @@ pub struct Server {
     pub state: Arc<AppState>,
 }
 
+/// Which background work a server runs besides serving requests.
+#[derive(Clone, Copy, Debug)]
+pub struct Background {
+    /// Probe the registered streams on their schedule and prune old probe rows. Off only for
+    /// embedders and tests that write probe rows themselves and need none appearing on their own.
+    pub prober: bool,
+}
+
+impl Default for Background {
+    fn default() -> Self {
+        Self { prober: true }
+    }
+}
+
 impl Server {
-    /// Opens the stores (migrating them), binds the listen address and spawns background work.
+    /// Opens the stores (migrating them), binds the listen address and spawns all background work.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_with(config, Background::default()).await
+    }
+
+    /// [`Server::build`] with a choice of background work.
+    pub async fn build_with(config: Config, background: Background) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!(
                 "cannot create STREAMWATCH_DATA_DIR {}",
@@ -65,17 +84,19 @@ impl Server {
 
         let (stop_tasks, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
-        tasks.spawn(cache::run_touch_writer(keys, touch_rx));
+        tasks.spawn(cache::run_touch_writer(keys, touch_rx, stop_rx.clone()));
         if let Some(DatabaseUrl::Postgres(url)) = &config.database_url {
             tasks.spawn(key_cache.run_listener(url.clone(), stop_rx.clone()));
         }
-        let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
-            .context("cannot start the prober")?;
-        tasks.spawn(scheduler.run(stop_rx.clone()));
-        tasks.spawn(crate::prober::retention::run(
-            crate::probes::Probes::new(db.clone()),
-            stop_rx.clone(),
-        ));
+        if background.prober {
+            let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
+                .context("cannot start the prober")?;
+            tasks.spawn(scheduler.run(stop_rx.clone()));
+            tasks.spawn(crate::prober::retention::run(
+                crate::probes::Probes::new(db.clone()),
+                stop_rx.clone(),
+            ));
+        }
 
         let listener = TcpListener::bind(config.listen)
             .await

@@ -36,7 +36,7 @@ impl Default for WriterConfig {
     fn default() -> Self {
         Self {
             max_rows_per_write: 100_000,
-            max_in_flight: 1,
+            max_in_flight: 2,
             queue_capacity: 16_384,
         }
     }

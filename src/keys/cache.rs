@@ -263,13 +263,28 @@ fn listener_url(database_url: &str, instance_id: &str) -> String {
     }
 }
 
-/// Writes `lastUsedAt` for keys used recently, in small batches, until the channel closes.
-pub async fn run_touch_writer(keys: Keys, mut rx: mpsc::Receiver<String>) {
+/// Writes `lastUsedAt` for keys used recently, in small batches, until shutdown; what is
+/// queued at shutdown is still written.
+pub async fn run_touch_writer(keys: Keys, mut rx: mpsc::Receiver<String>, mut shutdown: watch::Receiver<bool>) {
     let mut batch = Vec::new();
-    while rx.recv_many(&mut batch, 256).await > 0 {
-        if let Err(e) = keys.touch(&batch, crate::time::now_ms()).await {
-            tracing::warn!(error = %e, "could not record key use");
+    loop {
+        let open = tokio::select! {
+            n = rx.recv_many(&mut batch, 256) => n > 0,
+            _ = shutdown.changed() => {
+                while let Ok(id) = rx.try_recv() {
+                    batch.push(id);
+                }
+                false
+            }
+        };
+        if !batch.is_empty() {
+            if let Err(e) = keys.touch(&batch, crate::time::now_ms()).await {
+                tracing::warn!(error = %e, "could not record key use");
+            }
+            batch.clear();
         }
-        batch.clear();
+        if !open {
+            return;
+        }
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sqlx::Connection;
 use streamwatch::config::{CidrList, Config, DatabaseUrl, RateLimit};
 use streamwatch::http::AppState;
-use streamwatch::startup::Server;
+use streamwatch::startup::{Background, Server};
 use tokio::sync::oneshot;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,16 +64,22 @@ pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
     c
 }
 
+/// The API without background probing: tests that write probe rows themselves (or assert the
+/// snapshot of a stream no probe has touched) see exactly what they wrote.
 pub async fn spawn_app(engine: Engine) -> TestApp {
-    spawn_with(engine, |_| {}).await
+    start(engine, |_| {}, Background { prober: false }).await
 }
 
-/// Starts a server whose config `tweak` may change.
+/// The whole service, prober included, with a config `tweak` may change.
 pub async fn spawn_with(engine: Engine, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    start(engine, tweak, Background::default()).await
+}
+
+async fn start(engine: Engine, tweak: impl FnOnce(&mut Config), background: Background) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = test_config(engine, dir.path()).await;
     tweak(&mut config);
-    let server = Server::build(config).await.expect("server builds");
+    let server = Server::build_with(config, background).await.expect("server builds");
     let addr = server.local_addr();
     let state = server.state.clone();
     let (stop, stopped) = oneshot::channel::<()>();

@@ -136,12 +136,12 @@ mod tests {
 
     #[test]
     fn body_must_be_an_object() {
-        assert_eq!(parse_object(b"{nope").unwrap_err(), "Invalid JSON");
+        assert_eq!(parse_object(b"{nope").expect_err("refused"), "Invalid JSON");
         assert_eq!(
-            parse_object(b"[1]").unwrap_err(),
+            parse_object(b"[1]").expect_err("refused"),
             "Expected object, received array"
         );
-        assert_eq!(parse_object(b"  ").unwrap_err(), "Required");
+        assert_eq!(parse_object(b"  ").expect_err("refused"), "Required");
         assert!(parse_object(br#"{"a":1}"#).is_ok());
     }
 

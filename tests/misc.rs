@@ -64,3 +64,11 @@ async fn serves_the_sdk_bundle_at_its_cdn_paths() {
     assert!(r.text().await.expect("body").contains("/api/waitlist"));
     assert_eq!(app.get("/sdk/@service/player-sdk@9.9.9/dist/index.js", None).await.status(), StatusCode::NOT_FOUND);
 }
+
+#[test]
+fn served_sdk_version_is_the_package_version() {
+    let pkg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/package.json")).expect("package.json"))
+            .expect("json");
+    assert_eq!(pkg["version"], streamwatch::http::assets::SDK_VERSION);
+}

@@ -9,7 +9,13 @@ const LANDING: &str = include_str!("../../web/index.html");
 const DEMO_PLAYER: &str = include_str!("../../web/demo/player.html");
 /// Built by `npm run build` in `sdk/` and committed; `sdk`'s tests fail when it is stale.
 const SDK_BUNDLE: &str = include_str!("../../sdk/dist/index.js");
+/// The SDK version the bundle is (sdk/package.json); the pinned CDN path carries it.
 pub const SDK_VERSION: &str = "0.1.0";
+
+/// The CDN path of the SDK bundle for a version or tag.
+pub fn sdk_path(version: &str) -> String {
+    format!("/sdk/@service/player-sdk@{version}/dist/index.js")
+}
 
 fn asset(body: &'static str, content_type: &'static str, cache: &'static str) -> Response {
     let mut r = body.into_response();

@@ -1,6 +1,8 @@
 //! Group-commit batch writer: requests submit their rows and await an ack; one
 //! task writes at once when idle and gathers everything that queued while a write
-//! was in flight into the next large insert. No timer, no fixed delay.
+//! was in flight into the next large insert. No timer, no fixed delay. Where the
+//! sink runs writes in parallel (ClickHouse: two in flight), a second write starts
+//! as soon as a full-size batch ([`WriterConfig::parallel_write_min_rows`]) waits.
 //!
 //! Guarantees:
 //! - a submitter gets `Ok` only after the write carrying its rows returned `Ok`
@@ -10,6 +12,7 @@
 //! - [`BatchWriter::shutdown`] stops accepting, then finishes every queued and
 //!   in-flight write before returning.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -24,20 +27,31 @@ use crate::sink::{EventSink, SinkError};
 pub struct WriterConfig {
     /// Upper bound of rows in one sink write (default 100,000).
     pub max_rows_per_write: usize,
-    /// Writes allowed in flight at once (default 1). With 1, everything that
-    /// arrives during a write goes into the next one: the largest inserts.
+    /// Writes allowed in flight at once; 0 (the default) lets the sink choose
+    /// ([`EventSink::preferred_writes_in_flight`]). With 1, everything that arrives
+    /// during a write goes into the next one: the largest inserts, but a request
+    /// may wait for a whole write before its own starts. With 2, a new write starts
+    /// while one is in flight, which halves that wait where the store runs
+    /// inserts in parallel (ClickHouse).
     pub max_in_flight: usize,
     /// Submissions that may wait in the queue before `submit` applies
     /// backpressure (default 16,384).
     pub queue_capacity: usize,
+    /// With more than one write allowed in flight: a write beyond the first
+    /// starts only once at least this many rows wait (default 5,000), so
+    /// parallel writes are full-size inserts, not a trickle of small ones (each
+    /// ClickHouse insert has a large fixed cost). An idle writer still writes at
+    /// once, whatever the size; nothing ever waits on a timer.
+    pub parallel_write_min_rows: usize,
 }
 
 impl Default for WriterConfig {
     fn default() -> Self {
         Self {
             max_rows_per_write: 100_000,
-            max_in_flight: 2,
+            max_in_flight: 0,
             queue_capacity: 16_384,
+            parallel_write_min_rows: 5_000,
         }
     }
 }
@@ -98,10 +112,16 @@ impl std::fmt::Debug for BatchWriter {
 impl BatchWriter {
     /// Spawns the writer task on the current tokio runtime.
     pub fn spawn(sink: Arc<dyn EventSink>, config: WriterConfig) -> Self {
+        let max_in_flight = match config.max_in_flight {
+            0 => sink.preferred_writes_in_flight(),
+            n => n,
+        };
+        let max_rows_per_write = config.max_rows_per_write.max(1);
         let config = WriterConfig {
-            max_rows_per_write: config.max_rows_per_write.max(1),
-            max_in_flight: config.max_in_flight.max(1),
+            max_rows_per_write,
+            max_in_flight: max_in_flight.max(1),
             queue_capacity: config.queue_capacity.max(1),
+            parallel_write_min_rows: config.parallel_write_min_rows.min(max_rows_per_write),
         };
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
@@ -143,15 +163,26 @@ async fn run(
     mut shutdown: oneshot::Receiver<()>,
 ) {
     let mut in_flight = FuturesUnordered::new();
-    // A job taken from the queue that did not fit into the previous write.
-    let mut carry: Option<Job> = None;
+    // Jobs taken from the queue that are not in a write yet (a job that did not
+    // fit into the previous write, or jobs gathered while waiting for enough
+    // rows to start a parallel write), and their row count. Bounded by one
+    // write's worth: beyond that, jobs stay in the channel (backpressure).
+    let mut pending: VecDeque<Job> = VecDeque::new();
+    let mut pending_rows = 0usize;
     let mut open = true;
     let mut shutting_down = false;
 
     loop {
-        // Start a write whenever a slot is free and rows are waiting.
-        if in_flight.len() < config.max_in_flight {
-            if let Some(batch) = gather(&mut rx, &mut carry, config.max_rows_per_write) {
+        // Start a write when idle and rows are waiting; with a write already in
+        // flight and a slot free, only once a full-size write's worth waits.
+        let slot_free = in_flight.len() < config.max_in_flight;
+        if slot_free && (in_flight.is_empty() || pending_rows >= config.parallel_write_min_rows) {
+            if let Some(batch) = gather(
+                &mut rx,
+                &mut pending,
+                &mut pending_rows,
+                config.max_rows_per_write,
+            ) {
                 let sink = sink.clone();
                 in_flight.push(async move {
                     let (rows, acks) = batch;
@@ -162,14 +193,17 @@ async fn run(
                 continue;
             }
         }
-        if !open && carry.is_none() && in_flight.is_empty() {
+        if !open && pending.is_empty() && in_flight.is_empty() {
             break;
         }
         tokio::select! {
             Some(done) = in_flight.next(), if !in_flight.is_empty() => answer(done),
-            job = rx.recv(), if open && carry.is_none() && in_flight.len() < config.max_in_flight => {
+            job = rx.recv(), if open && slot_free && pending_rows < config.max_rows_per_write => {
                 match job {
-                    Some(job) => carry = Some(job),
+                    Some(job) => {
+                        pending_rows += job.rows.len();
+                        pending.push_back(job);
+                    }
                     None => open = false,
                 }
             }
@@ -184,22 +218,32 @@ async fn run(
     tracing::debug!("batch writer stopped");
 }
 
-/// Takes queued jobs (the carried one first) up to `max_rows`, without waiting.
+/// Takes waiting jobs (the pending ones first, then the queue) up to
+/// `max_rows`, without waiting. A job that does not fit stays pending.
 fn gather(
     rx: &mut mpsc::Receiver<Job>,
-    carry: &mut Option<Job>,
+    pending: &mut VecDeque<Job>,
+    pending_rows: &mut usize,
     max_rows: usize,
 ) -> Option<(Vec<EventRow>, Vec<Ack>)> {
-    let first = match carry.take() {
-        Some(job) => job,
-        None => rx.try_recv().ok()?,
+    let mut next = |pending: &mut VecDeque<Job>, pending_rows: &mut usize| match pending.pop_front()
+    {
+        Some(job) => {
+            *pending_rows -= job.rows.len();
+            Some(job)
+        }
+        None => rx.try_recv().ok(),
     };
+    let first = next(pending, pending_rows)?;
     let mut rows = first.rows;
     let mut acks = vec![first.ack];
     while rows.len() < max_rows {
-        let Ok(job) = rx.try_recv() else { break };
+        let Some(job) = next(pending, pending_rows) else {
+            break;
+        };
         if rows.len() + job.rows.len() > max_rows {
-            *carry = Some(job);
+            *pending_rows += job.rows.len();
+            pending.push_front(job);
             break;
         }
         rows.extend(job.rows);
@@ -490,6 +534,7 @@ mod tests {
             sink.clone(),
             WriterConfig {
                 max_in_flight: 3,
+                parallel_write_min_rows: 1,
                 ..WriterConfig::default()
             },
         );
@@ -503,6 +548,49 @@ mod tests {
             x.await.expect("join").expect("ok");
         }
         assert_eq!(sink.max_in_flight.load(Ordering::SeqCst), 3);
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn parallel_write_waits_for_a_full_size_batch() {
+        let sink = gated_sink();
+        let writer = BatchWriter::spawn(
+            sink.clone(),
+            WriterConfig {
+                max_in_flight: 2,
+                parallel_write_min_rows: 4,
+                ..WriterConfig::default()
+            },
+        );
+        let h = writer.handle();
+        // The first write starts at once (idle) and blocks on the gate.
+        let first = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[0])).await }
+        });
+        settle().await;
+        // Two rows wait: fewer than 4, so no second write starts.
+        let small = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[1, 2])).await }
+        });
+        settle().await;
+        assert!(sink.writes.lock().expect("lock").is_empty());
+        assert!(!small.is_finished(), "waits for a full-size batch");
+        // Two more make four: the second write starts while the first is gated.
+        let more = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[3, 4])).await }
+        });
+        small.await.expect("join").expect("ok");
+        more.await.expect("join").expect("ok");
+        assert_eq!(
+            *sink.writes.lock().expect("lock"),
+            vec![vec![1, 2, 3, 4]],
+            "parallel write done while the first is still in flight"
+        );
+        sink.gate.notify_one();
+        first.await.expect("join").expect("ok");
         writer.shutdown().await;
     }
 

@@ -41,6 +41,9 @@ struct Args {
     /// Keep the seeded SQLite data in this directory and reuse it on the next run.
     #[arg(long)]
     reuse_dir: Option<std::path::PathBuf>,
+    /// An already seeded PostgreSQL database to reuse instead of creating and seeding one.
+    #[arg(long)]
+    reuse_pg: Option<String>,
     /// PostgreSQL server on which a fresh database is created.
     #[arg(long, env = "TEST_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_admin_url: String,
@@ -63,13 +66,21 @@ async fn main() -> Result<()> {
     for engine in &args.engines {
         let dir = tempfile::tempdir()?;
         let data_dir = args.reuse_dir.clone().unwrap_or_else(|| dir.path().to_owned());
-        let reuse = engine == "sqlite" && data_dir.join("streamwatch.db").exists();
+        let reuse = match engine.as_str() {
+            "sqlite" => data_dir.join("streamwatch.db").exists(),
+            _ => args.reuse_pg.is_some(),
+        };
         let mut config = Config::defaults(&data_dir);
         config.listen = "127.0.0.1:0".parse()?;
         config.auth_rate_limit = RateLimit::Off;
         config.allow_private = CidrList::default();
         if engine == "postgres" {
-            config.database_url = Some(DatabaseUrl::Postgres(fresh_pg(&args.pg_admin_url).await?));
+            let url = match &args.reuse_pg {
+                Some(u) => u.clone(),
+                None => fresh_pg(&args.pg_admin_url).await?,
+            };
+            println!("[postgres] database {url}");
+            config.database_url = Some(DatabaseUrl::Postgres(url));
         }
         let db = Db::connect(config.database_url.as_ref(), &config.data_dir).await?;
         if !reuse {

@@ -79,8 +79,8 @@ struct WriterArgs {
     /// Duration in seconds.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
-    /// Writes in flight at once in the writer.
-    #[arg(long, default_value_t = 1)]
+    /// Writes in flight at once in the writer (0: the sink's preference).
+    #[arg(long, default_value_t = 0)]
     in_flight: usize,
     /// Print a JSON summary line at the end.
     #[arg(long)]

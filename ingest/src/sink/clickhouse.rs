@@ -433,6 +433,14 @@ impl EventSink for ClickHouseSink {
     fn name(&self) -> &'static str {
         "clickhouse"
     }
+
+    /// Two: ClickHouse runs inserts in parallel, and starting the next insert
+    /// while one is in flight halves the time a request waits before its rows go
+    /// out (at half the peak rate, p99 50 ms instead of 109 ms; the peak rate is
+    /// unchanged; docs/benchmarks.md).
+    fn preferred_writes_in_flight(&self) -> usize {
+        2
+    }
 }
 
 #[cfg(test)]

@@ -155,4 +155,11 @@ pub trait EventSink: Send + Sync + 'static {
 
     /// Short engine name for logs and metrics (`clickhouse`, `sqlite`).
     fn name(&self) -> &'static str;
+
+    /// How many writes the batch writer should keep in flight at once when its
+    /// configuration leaves it to the sink (default 1: one writer at a time, as
+    /// SQLite has).
+    fn preferred_writes_in_flight(&self) -> usize {
+        1
+    }
 }

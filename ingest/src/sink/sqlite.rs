@@ -101,6 +101,10 @@ impl SqliteSink {
             .map_err(map_err)?
             .filename(path)
             .create_if_missing(true)
+            // 16 KiB pages: a shallower B-tree and fewer page splits per inserted
+            // row (about +20 % insert throughput measured, docs/benchmarks.md).
+            // Applies when the file is created; an existing file keeps its size.
+            .page_size(16384)
             .journal_mode(SqliteJournalMode::Wal)
             // Durability: a batch is acknowledged (204) only after COMMIT returns.
             // In WAL mode, synchronous=NORMAL already survives a SIGKILL of this

@@ -114,7 +114,9 @@ impl Db {
         db.migrate().await?;
         if engine == Engine::Sqlite {
             // Gives the query planner fresh statistics; cheap when nothing changed.
-            sqlx::raw_sql("PRAGMA optimize = 0x10002").execute(&db.pool).await?;
+            sqlx::raw_sql("PRAGMA optimize = 0x10002")
+                .execute(&db.pool)
+                .await?;
         }
         Ok(db)
     }

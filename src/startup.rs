@@ -157,7 +157,9 @@ async fn open_sink(config: &Config) -> anyhow::Result<Arc<dyn EventSink>> {
             ch.user = Some(config.clickhouse_user.clone());
             ch.password = Some(config.clickhouse_password.clone()).filter(|p| !p.is_empty());
             // Connecting creates the database if needed and applies the migrations.
-            let sink = ClickHouseSink::connect(&ch).await.context("cannot open CLICKHOUSE_URL")?;
+            let sink = ClickHouseSink::connect(&ch)
+                .await
+                .context("cannot open CLICKHOUSE_URL")?;
             Ok(Arc::new(sink))
         }
         None => {

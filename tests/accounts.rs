@@ -22,45 +22,110 @@ fn failure(code: &str, message: &str) -> Value {
 }
 
 async fn sign_up_returns_token_user_and_cookie(app: TestApp) {
-    let r = app.post("/api/auth/sign-up/email", None, json!({ "name": "Ada", "email": "Ada@Example.com", "password": PW })).await;
+    let r = app
+        .post(
+            "/api/auth/sign-up/email",
+            None,
+            json!({ "name": "Ada", "email": "Ada@Example.com", "password": PW }),
+        )
+        .await;
     assert_eq!(r.status(), StatusCode::OK);
     let set_cookie = set_cookie_header(r.headers()).expect("cookie set");
     for attr in ["HttpOnly", "SameSite=Lax", "Path=/"] {
-        assert!(set_cookie.split("; ").any(|a| a == attr), "{set_cookie} lacks {attr}");
+        assert!(
+            set_cookie.split("; ").any(|a| a == attr),
+            "{set_cookie} lacks {attr}"
+        );
     }
     let cookie = session_cookie_of(&r).expect("cookie value");
     let (_, body) = parts(r).await;
     let token = body["token"].as_str().expect("token").to_owned();
     let id = body["user"]["id"].as_str().expect("id").to_owned();
-    assert_eq!(body, json!({ "token": token, "user": { "id": id, "email": "ada@example.com", "name": "Ada" } }));
-    assert!(cookie.starts_with(&format!("{token}.")), "cookie is the signed token");
+    assert_eq!(
+        body,
+        json!({ "token": token, "user": { "id": id, "email": "ada@example.com", "name": "Ada" } })
+    );
+    assert!(
+        cookie.starts_with(&format!("{token}.")),
+        "cookie is the signed token"
+    );
 
     // The session row keeps only a hash of the token.
-    let rows = sqlx::query("SELECT token_hash FROM sessions").fetch_all(&app.state.db.pool).await.expect("rows");
+    let rows = sqlx::query("SELECT token_hash FROM sessions")
+        .fetch_all(&app.state.db.pool)
+        .await
+        .expect("rows");
     assert_eq!(rows.len(), 1);
     let stored: String = rows[0].get("token_hash");
     assert_ne!(stored, token);
     assert_eq!(stored, streamwatch::accounts::token::sha256_hex(&token));
     // And the password only as an argon2id hash.
-    let pw: String = sqlx::query("SELECT password_hash FROM users").fetch_one(&app.state.db.pool).await.expect("row").get(0);
+    let pw: String = sqlx::query("SELECT password_hash FROM users")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("row")
+        .get(0);
     assert!(pw.starts_with("$argon2id$"));
 
     let (s, b) = parts(app.get("/api/auth/get-session", Some(&cookie)).await).await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(b["user"], json!({ "id": id, "email": "ada@example.com", "name": "Ada" }));
+    assert_eq!(
+        b["user"],
+        json!({ "id": id, "email": "ada@example.com", "name": "Ada" })
+    );
     assert_eq!(b["session"]["userId"], json!(id));
     assert!(common::is_iso_ms(&b["session"]["expiresAt"]));
 }
 
 async fn sign_up_failures_mirror_better_auth(app: TestApp) {
     let cases = [
-        (json!({ "email": "a@b.io", "password": PW }), 400, failure("VALIDATION_ERROR", "[body.name] Invalid input: expected string, received undefined")),
-        (json!({ "name": "A", "password": PW }), 400, failure("VALIDATION_ERROR", "[body.email] Invalid input: expected string, received undefined")),
-        (json!({ "name": "A", "email": "a@b.io" }), 400, failure("VALIDATION_ERROR", "[body.password] Invalid input: expected string, received undefined")),
-        (json!({ "name": 7, "email": "a@b.io", "password": PW }), 400, failure("VALIDATION_ERROR", "[body.name] Invalid input: expected string, received number")),
-        (json!({ "name": "A", "email": "not-an-email", "password": PW }), 400, failure("VALIDATION_ERROR", "[body.email] Invalid email address")),
-        (json!({ "name": "A", "email": "a@b.io", "password": "short" }), 400, failure("PASSWORD_TOO_SHORT", "Password too short")),
-        (json!({ "name": "A", "email": "a@b.io", "password": "x".repeat(129) }), 400, failure("PASSWORD_TOO_LONG", "Password too long")),
+        (
+            json!({ "email": "a@b.io", "password": PW }),
+            400,
+            failure(
+                "VALIDATION_ERROR",
+                "[body.name] Invalid input: expected string, received undefined",
+            ),
+        ),
+        (
+            json!({ "name": "A", "password": PW }),
+            400,
+            failure(
+                "VALIDATION_ERROR",
+                "[body.email] Invalid input: expected string, received undefined",
+            ),
+        ),
+        (
+            json!({ "name": "A", "email": "a@b.io" }),
+            400,
+            failure(
+                "VALIDATION_ERROR",
+                "[body.password] Invalid input: expected string, received undefined",
+            ),
+        ),
+        (
+            json!({ "name": 7, "email": "a@b.io", "password": PW }),
+            400,
+            failure(
+                "VALIDATION_ERROR",
+                "[body.name] Invalid input: expected string, received number",
+            ),
+        ),
+        (
+            json!({ "name": "A", "email": "not-an-email", "password": PW }),
+            400,
+            failure("VALIDATION_ERROR", "[body.email] Invalid email address"),
+        ),
+        (
+            json!({ "name": "A", "email": "a@b.io", "password": "short" }),
+            400,
+            failure("PASSWORD_TOO_SHORT", "Password too short"),
+        ),
+        (
+            json!({ "name": "A", "email": "a@b.io", "password": "x".repeat(129) }),
+            400,
+            failure("PASSWORD_TOO_LONG", "Password too long"),
+        ),
     ];
     for (body, status, expected) in cases {
         let (s, b, cookie) = sign_up(&app, body.clone()).await;
@@ -68,32 +133,84 @@ async fn sign_up_failures_mirror_better_auth(app: TestApp) {
         assert!(cookie.is_none());
     }
     for raw in ["{not json", "[]", ""] {
-        let r = app.send(Method::POST, "/api/auth/sign-up/email", None, Some(Body::Raw(raw.into()))).await;
-        assert_eq!(parts(r).await, (StatusCode::BAD_REQUEST, failure("BAD_REQUEST", "Invalid JSON in request body")));
+        let r = app
+            .send(
+                Method::POST,
+                "/api/auth/sign-up/email",
+                None,
+                Some(Body::Raw(raw.into())),
+            )
+            .await;
+        assert_eq!(
+            parts(r).await,
+            (
+                StatusCode::BAD_REQUEST,
+                failure("BAD_REQUEST", "Invalid JSON in request body")
+            )
+        );
     }
-    let n: i64 = sqlx::query("SELECT COUNT(*) FROM users").fetch_one(&app.state.db.pool).await.expect("count").get(0);
+    let n: i64 = sqlx::query("SELECT COUNT(*) FROM users")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("count")
+        .get(0);
     assert_eq!(n, 0, "nothing stored");
 
     // 8 and 128 characters are both fine.
-    assert_eq!(sign_up(&app, json!({ "name": "A", "email": "min@b.io", "password": "12345678" })).await.0, StatusCode::OK);
-    assert_eq!(sign_up(&app, json!({ "name": "A", "email": "max@b.io", "password": "y".repeat(128) })).await.0, StatusCode::OK);
-    let (s, b, _) = sign_up(&app, json!({ "name": "B", "email": "MIN@b.io", "password": PW })).await;
-    assert_eq!((s, b), (StatusCode::UNPROCESSABLE_ENTITY, failure("USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL", "User already exists. Use another email.")));
+    assert_eq!(
+        sign_up(
+            &app,
+            json!({ "name": "A", "email": "min@b.io", "password": "12345678" })
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        sign_up(
+            &app,
+            json!({ "name": "A", "email": "max@b.io", "password": "y".repeat(128) })
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+    let (s, b, _) = sign_up(
+        &app,
+        json!({ "name": "B", "email": "MIN@b.io", "password": PW }),
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            failure(
+                "USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL",
+                "User already exists. Use another email."
+            )
+        )
+    );
 }
 
 async fn sign_in_issues_a_fresh_session_each_time(app: TestApp) {
     let first = app.user("grace@example.com").await;
     let creds = json!({ "email": "grace@example.com", "password": PW });
-    let r1 = app.post("/api/auth/sign-in/email", None, creds.clone()).await;
+    let r1 = app
+        .post("/api/auth/sign-in/email", None, creds.clone())
+        .await;
     assert_eq!(r1.status(), StatusCode::OK);
     let c1 = session_cookie_of(&r1).expect("cookie");
     let (_, b1) = parts(r1).await;
     assert_eq!(b1["user"]["email"], "grace@example.com");
     assert!(b1["token"].is_string());
-    let c2 = session_cookie_of(&app.post("/api/auth/sign-in/email", None, creds).await).expect("cookie");
+    let c2 =
+        session_cookie_of(&app.post("/api/auth/sign-in/email", None, creds).await).expect("cookie");
     assert!(first != c1 && c1 != c2, "new token at every sign-in");
     for c in [&first, &c1, &c2] {
-        assert_eq!(app.get("/api/v1/streams", Some(c)).await.status(), StatusCode::OK);
+        assert_eq!(
+            app.get("/api/v1/streams", Some(c)).await.status(),
+            StatusCode::OK
+        );
     }
 }
 
@@ -108,51 +225,130 @@ async fn sign_in_failures_are_indistinguishable(app: TestApp) {
         assert!(session_cookie_of(&r).is_none());
         assert_eq!(parts(r).await, (StatusCode::UNAUTHORIZED, bad.clone()));
     }
-    let (s, b) = parts(app.post("/api/auth/sign-in/email", None, json!({ "email": "grace@example.com" })).await).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, failure("VALIDATION_ERROR", "[body.password] Invalid input: expected string, received undefined")));
-    let (s, b) = parts(app.post("/api/auth/sign-in/email", None, json!({ "email": "nope", "password": PW })).await).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, failure("VALIDATION_ERROR", "[body.email] Invalid email address")));
+    let (s, b) = parts(
+        app.post(
+            "/api/auth/sign-in/email",
+            None,
+            json!({ "email": "grace@example.com" }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            failure(
+                "VALIDATION_ERROR",
+                "[body.password] Invalid input: expected string, received undefined"
+            )
+        )
+    );
+    let (s, b) = parts(
+        app.post(
+            "/api/auth/sign-in/email",
+            None,
+            json!({ "email": "nope", "password": PW }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            failure("VALIDATION_ERROR", "[body.email] Invalid email address")
+        )
+    );
 }
 
 async fn sign_out_ends_the_session(app: TestApp) {
     let cookie = app.user("a@example.com").await;
-    let r = app.post("/api/auth/sign-out", Some(&cookie), json!({})).await;
+    let r = app
+        .post("/api/auth/sign-out", Some(&cookie), json!({}))
+        .await;
     let cleared = set_cookie_header(r.headers()).expect("cookie cleared");
     assert!(cleared.contains("Max-Age=0"));
     assert_eq!(parts(r).await, (StatusCode::OK, json!({ "success": true })));
-    assert_eq!(parts(app.get("/api/v1/streams", Some(&cookie)).await).await, (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" })));
-    assert_eq!(parts(app.get("/api/auth/get-session", Some(&cookie)).await).await, (StatusCode::OK, Value::Null));
-    assert_eq!(parts(app.get("/api/auth/get-session", None).await).await, (StatusCode::OK, Value::Null));
+    assert_eq!(
+        parts(app.get("/api/v1/streams", Some(&cookie)).await).await,
+        (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+    );
+    assert_eq!(
+        parts(app.get("/api/auth/get-session", Some(&cookie)).await).await,
+        (StatusCode::OK, Value::Null)
+    );
+    assert_eq!(
+        parts(app.get("/api/auth/get-session", None).await).await,
+        (StatusCode::OK, Value::Null)
+    );
 }
 
 async fn tampered_and_expired_cookies_are_unauthorized(app: TestApp) {
     let cookie = app.user("a@example.com").await;
     let (token, sig) = cookie.split_once('.').expect("signed");
     let other_token = streamwatch::accounts::token::new_token();
-    for bad in [format!("{token}.AAAA{sig}"), format!("{other_token}.{sig}"), token.to_owned(), "garbage".into(), String::new()] {
-        assert_eq!(parts(app.get("/api/v1/agents", Some(&bad)).await).await, (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" })), "{bad}");
+    for bad in [
+        format!("{token}.AAAA{sig}"),
+        format!("{other_token}.{sig}"),
+        token.to_owned(),
+        "garbage".into(),
+        String::new(),
+    ] {
+        assert_eq!(
+            parts(app.get("/api/v1/agents", Some(&bad)).await).await,
+            (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" })),
+            "{bad}"
+        );
     }
-    let session_id: String = sqlx::query("SELECT id FROM sessions").fetch_one(&app.state.db.pool).await.expect("row").get(0);
-    app.state.accounts.age_session(&session_id, 8 * 24 * 3600 * 1000).await.expect("age");
-    assert_eq!(app.get("/api/v1/agents", Some(&cookie)).await.status(), StatusCode::UNAUTHORIZED);
+    let session_id: String = sqlx::query("SELECT id FROM sessions")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("row")
+        .get(0);
+    app.state
+        .accounts
+        .age_session(&session_id, 8 * 24 * 3600 * 1000)
+        .await
+        .expect("age");
+    assert_eq!(
+        app.get("/api/v1/agents", Some(&cookie)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
 }
 
 async fn sessions_slide_when_used_after_a_day(app: TestApp) {
     let cookie = app.user("a@example.com").await;
     let (session_id, before): (String, i64) = {
-        let r = sqlx::query("SELECT id, expires_at FROM sessions").fetch_one(&app.state.db.pool).await.expect("row");
+        let r = sqlx::query("SELECT id, expires_at FROM sessions")
+            .fetch_one(&app.state.db.pool)
+            .await
+            .expect("row");
         (r.get(0), r.get(1))
     };
     // Used within the first day: no refresh.
     let r = app.get("/api/v1/streams", Some(&cookie)).await;
     assert!(set_cookie_header(r.headers()).is_none());
     // Six days old (one left): the next use extends it to 7 days from now and re-sends the cookie.
-    app.state.accounts.age_session(&session_id, 6 * 24 * 3600 * 1000).await.expect("age");
+    app.state
+        .accounts
+        .age_session(&session_id, 6 * 24 * 3600 * 1000)
+        .await
+        .expect("age");
     let r = app.get("/api/v1/streams", Some(&cookie)).await;
     assert_eq!(r.status(), StatusCode::OK);
-    assert!(set_cookie_header(r.headers()).expect("refreshed").contains("Max-Age=604800"));
-    let after: i64 = sqlx::query("SELECT expires_at FROM sessions").fetch_one(&app.state.db.pool).await.expect("row").get(0);
-    assert!(after >= before, "expiry moved forward again: {before} -> {after}");
+    assert!(set_cookie_header(r.headers())
+        .expect("refreshed")
+        .contains("Max-Age=604800"));
+    let after: i64 = sqlx::query("SELECT expires_at FROM sessions")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("row")
+        .get(0);
+    assert!(
+        after >= before,
+        "expiry moved forward again: {before} -> {after}"
+    );
 }
 
 async fn foreign_origin_makes_the_cookie_absent(app: TestApp) {
@@ -166,7 +362,10 @@ async fn foreign_origin_makes_the_cookie_absent(app: TestApp) {
             .json(&json!({ "label": "x" }))
             .send()
     };
-    assert_eq!(parts(send("https://evil.example").await.expect("send")).await, (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" })));
+    assert_eq!(
+        parts(send("https://evil.example").await.expect("send")).await,
+        (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+    );
     let own = app
         .http
         .post(app.url("/api/v1/keys"))
@@ -178,7 +377,14 @@ async fn foreign_origin_makes_the_cookie_absent(app: TestApp) {
         .expect("send");
     assert_eq!(own.status(), StatusCode::CREATED);
     // Safe methods are not affected.
-    let r = app.http.get(app.url("/api/v1/keys")).header("cookie", format!("auth.session_token={cookie}")).header("origin", "https://evil.example").send().await.expect("send");
+    let r = app
+        .http
+        .get(app.url("/api/v1/keys"))
+        .header("cookie", format!("auth.session_token={cookie}"))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .expect("send");
     assert_eq!(r.status(), StatusCode::OK);
 }
 
@@ -190,7 +396,13 @@ async fn unknown_email_takes_as_long_as_a_wrong_password(app: TestApp) {
         let app = &app;
         async move {
             let t = std::time::Instant::now();
-            let r = app.post("/api/auth/sign-in/email", None, json!({ "email": email, "password": "wrong-password" })).await;
+            let r = app
+                .post(
+                    "/api/auth/sign-in/email",
+                    None,
+                    json!({ "email": email, "password": "wrong-password" }),
+                )
+                .await;
             assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
             t.elapsed()
         }
@@ -202,7 +414,10 @@ async fn unknown_email_takes_as_long_as_a_wrong_password(app: TestApp) {
         unknown = unknown.min(attempt("nobody@example.com").await);
     }
     // Skipping the hash would make the unknown case ~30x faster; allow 3x for noise.
-    assert!(unknown * 3 >= known && known * 3 >= unknown, "known {known:?} vs unknown {unknown:?}");
+    assert!(
+        unknown * 3 >= known && known * 3 >= unknown,
+        "known {known:?} vs unknown {unknown:?}"
+    );
 }
 
 on_both_engines!(
@@ -220,20 +435,51 @@ on_both_engines!(
 #[tokio::test]
 async fn sign_in_and_sign_up_are_rate_limited_per_ip() {
     let app = spawn_with(Engine::Sqlite, |c| {
-        c.auth_rate_limit = streamwatch::config::RateLimit::PerWindow { max: 3, window: std::time::Duration::from_secs(60) };
+        c.auth_rate_limit = streamwatch::config::RateLimit::PerWindow {
+            max: 3,
+            window: std::time::Duration::from_secs(60),
+        };
     })
     .await;
     let body = json!({ "email": "x@example.com", "password": "wrong-password" });
     for _ in 0..3 {
-        assert_eq!(app.post("/api/auth/sign-in/email", None, body.clone()).await.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            app.post("/api/auth/sign-in/email", None, body.clone())
+                .await
+                .status(),
+            StatusCode::UNAUTHORIZED
+        );
     }
-    let r = app.post("/api/auth/sign-up/email", None, json!({ "name": "x", "email": "x@example.com", "password": PW })).await;
-    let retry: u64 = r.headers().get("x-retry-after").expect("X-Retry-After").to_str().expect("ascii").parse().expect("seconds");
+    let r = app
+        .post(
+            "/api/auth/sign-up/email",
+            None,
+            json!({ "name": "x", "email": "x@example.com", "password": PW }),
+        )
+        .await;
+    let retry: u64 = r
+        .headers()
+        .get("x-retry-after")
+        .expect("X-Retry-After")
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
     assert!((1..=60).contains(&retry));
     assert_eq!(
         parts(r).await,
-        (StatusCode::TOO_MANY_REQUESTS, failure("TOO_MANY_REQUESTS", "Too many requests. Please try again later."))
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            failure(
+                "TOO_MANY_REQUESTS",
+                "Too many requests. Please try again later."
+            )
+        )
     );
-    let n: i64 = sqlx::query("SELECT COUNT(*) FROM users").fetch_one(&app.state.db.pool).await.expect("count").get(0);
+    let n: i64 = sqlx::query("SELECT COUNT(*) FROM users")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("count")
+        .get(0);
     assert_eq!(n, 0, "a limited sign-up stores nothing");
 }

@@ -38,12 +38,25 @@ async fn acknowledged_batches_survive_sigkill(extra_env: Vec<(&'static str, Stri
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut load = Vec::new();
     for c in 0..CLIENTS {
-        let (client, url, key, acked) = (client.clone(), first.url("/api/v1/telemetry"), key.clone(), acked.clone());
+        let (client, url, key, acked) = (
+            client.clone(),
+            first.url("/api/v1/telemetry"),
+            key.clone(),
+            acked.clone(),
+        );
         load.push(tokio::spawn(async move {
             for n in 0.. {
                 let session = format!("s-{c}-{n}");
-                match client.post(&url).bearer_auth(&key).json(&batch(&key, &session)).send().await {
-                    Ok(r) if r.status() == StatusCode::NO_CONTENT => acked.lock().expect("lock").push(session),
+                match client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&batch(&key, &session))
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status() == StatusCode::NO_CONTENT => {
+                        acked.lock().expect("lock").push(session)
+                    }
                     // Killed mid-request or refused afterwards: the client never got a 204.
                     _ => break,
                 }
@@ -56,7 +69,11 @@ async fn acknowledged_batches_survive_sigkill(extra_env: Vec<(&'static str, Stri
         t.await.expect("load task");
     }
     let acked = acked.lock().expect("lock").clone();
-    assert!(acked.len() >= 50, "the load ran ({} batches acknowledged)", acked.len());
+    assert!(
+        acked.len() >= 50,
+        "the load ran ({} batches acknowledged)",
+        acked.len()
+    );
 
     let second = Process::start(dir.path(), &env).await;
     let mut missing = Vec::new();
@@ -68,7 +85,9 @@ async fn acknowledged_batches_survive_sigkill(extra_env: Vec<(&'static str, Stri
             .await
             .expect("read back");
         let n = if r.status() == StatusCode::OK {
-            r.json::<Value>().await.expect("json")["items"].as_array().map_or(0, Vec::len)
+            r.json::<Value>().await.expect("json")["items"]
+                .as_array()
+                .map_or(0, Vec::len)
         } else {
             0
         };
@@ -76,7 +95,13 @@ async fn acknowledged_batches_survive_sigkill(extra_env: Vec<(&'static str, Stri
             missing.push((session.clone(), n));
         }
     }
-    assert!(missing.is_empty(), "{} of {} acknowledged batches incomplete: {:?}", missing.len(), acked.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged batches incomplete: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,7 +113,11 @@ async fn no_acknowledged_batch_is_lost_with_the_embedded_sink() {
 async fn no_acknowledged_batch_is_lost_with_clickhouse() {
     let url = std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into());
     let db = format!("sw_test_{}", streamwatch::time::new_id());
-    acknowledged_batches_survive_sigkill(vec![("CLICKHOUSE_URL", url), ("CLICKHOUSE_DATABASE", db)]).await;
+    acknowledged_batches_survive_sigkill(vec![
+        ("CLICKHOUSE_URL", url),
+        ("CLICKHOUSE_DATABASE", db),
+    ])
+    .await;
 }
 
 /// SIGTERM lets in-flight writes finish: every request answered 204 before or during the
@@ -105,14 +134,24 @@ async fn sigterm_finishes_in_flight_writes() {
         let (client, url, key) = (client.clone(), p.url("/api/v1/telemetry"), key.clone());
         inflight.push(tokio::spawn(async move {
             let session = format!("t-{n}");
-            let ok = client.post(url).bearer_auth(&key).json(&batch(&key, &session)).send().await.is_ok_and(|r| r.status() == StatusCode::NO_CONTENT);
+            let ok = client
+                .post(url)
+                .bearer_auth(&key)
+                .json(&batch(&key, &session))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == StatusCode::NO_CONTENT);
             ok.then_some(session)
         }));
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
     let status = p.terminate();
     assert!(status.success(), "graceful exit: {status:?}");
-    let acked: Vec<String> = futures::future::join_all(inflight).await.into_iter().filter_map(|r| r.expect("task")).collect();
+    let acked: Vec<String> = futures::future::join_all(inflight)
+        .await
+        .into_iter()
+        .filter_map(|r| r.expect("task"))
+        .collect();
     let second = Process::start(dir.path(), &[]).await;
     for session in &acked {
         let r = client
@@ -123,6 +162,10 @@ async fn sigterm_finishes_in_flight_writes() {
             .expect("read back");
         assert_eq!(r.status(), StatusCode::OK, "{session}");
         let body: Value = r.json().await.expect("json");
-        assert_eq!(body["items"].as_array().map(Vec::len), Some(EVENTS), "{session}");
+        assert_eq!(
+            body["items"].as_array().map(Vec::len),
+            Some(EVENTS),
+            "{session}"
+        );
     }
 }

@@ -9,7 +9,11 @@ use serde_json::{json, Value};
 use sqlx::Row;
 
 async fn mint(app: &TestApp, cookie: &str, label: &str) -> Value {
-    let (s, b) = parts(app.post("/api/v1/keys", Some(cookie), json!({ "label": label })).await).await;
+    let (s, b) = parts(
+        app.post("/api/v1/keys", Some(cookie), json!({ "label": label }))
+            .await,
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED);
     b
 }
@@ -20,9 +24,16 @@ async fn minted_key_is_shown_once_and_stored_hashed(app: TestApp) {
     let raw = b["rawKey"].as_str().expect("rawKey").to_owned();
     assert!(raw.starts_with("svc_") && raw.len() >= 4 + 43, "{raw}");
     assert!(is_iso_ms(&b["createdAt"]));
-    assert_eq!(b, json!({ "id": b["id"], "label": "web player", "rawKey": raw, "createdAt": b["createdAt"] }));
+    assert_eq!(
+        b,
+        json!({ "id": b["id"], "label": "web player", "rawKey": raw, "createdAt": b["createdAt"] })
+    );
 
-    let stored: String = sqlx::query("SELECT key_hash FROM api_keys").fetch_one(&app.state.db.pool).await.expect("row").get(0);
+    let stored: String = sqlx::query("SELECT key_hash FROM api_keys")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("row")
+        .get(0);
     assert_eq!(stored, streamwatch::accounts::token::sha256_hex(&raw));
     let (_, list) = parts(app.get("/api/v1/keys", Some(&cookie)).await).await;
     assert_eq!(
@@ -39,13 +50,21 @@ async fn list_is_per_user_newest_first_with_revoked_rows(app: TestApp) {
     let a2 = mint(&app, &alice, "two").await;
     let b1 = mint(&app, &bob, "bob's").await;
 
-    let r = app.delete(&format!("/api/v1/keys/{}", a1["id"].as_str().expect("id")), Some(&alice)).await;
+    let r = app
+        .delete(
+            &format!("/api/v1/keys/{}", a1["id"].as_str().expect("id")),
+            Some(&alice),
+        )
+        .await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(r.text().await.expect("body"), "");
 
     let (_, list) = parts(app.get("/api/v1/keys", Some(&alice)).await).await;
     let items = list["items"].as_array().expect("items");
-    assert_eq!(items.iter().map(|k| k["label"].clone()).collect::<Vec<_>>(), vec![json!("two"), json!("one")]);
+    assert_eq!(
+        items.iter().map(|k| k["label"].clone()).collect::<Vec<_>>(),
+        vec![json!("two"), json!("one")]
+    );
     assert_eq!(items[0]["id"], a2["id"]);
     assert!(items[0]["revokedAt"].is_null());
     assert!(is_iso_ms(&items[1]["revokedAt"]));
@@ -64,15 +83,29 @@ async fn revoke_is_soft_idempotent_and_scoped(app: TestApp) {
 
     // Another user's key and an unknown id look the same.
     assert_eq!(parts(app.delete(&path, Some(&bob)).await).await, nf);
-    assert_eq!(parts(app.delete("/api/v1/keys/unknown", Some(&alice)).await).await, nf);
+    assert_eq!(
+        parts(app.delete("/api/v1/keys/unknown", Some(&alice)).await).await,
+        nf
+    );
     let (_, list) = parts(app.get("/api/v1/keys", Some(&alice)).await).await;
-    assert!(list["items"][0]["revokedAt"].is_null(), "bob could not revoke it");
+    assert!(
+        list["items"][0]["revokedAt"].is_null(),
+        "bob could not revoke it"
+    );
 
-    assert_eq!(app.delete(&path, Some(&alice)).await.status(), StatusCode::NO_CONTENT);
-    let first = parts(app.get("/api/v1/keys", Some(&alice)).await).await.1["items"][0]["revokedAt"].clone();
+    assert_eq!(
+        app.delete(&path, Some(&alice)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let first =
+        parts(app.get("/api/v1/keys", Some(&alice)).await).await.1["items"][0]["revokedAt"].clone();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    assert_eq!(app.delete(&path, Some(&alice)).await.status(), StatusCode::NO_CONTENT);
-    let second = parts(app.get("/api/v1/keys", Some(&alice)).await).await.1["items"][0]["revokedAt"].clone();
+    assert_eq!(
+        app.delete(&path, Some(&alice)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let second =
+        parts(app.get("/api/v1/keys", Some(&alice)).await).await.1["items"][0]["revokedAt"].clone();
     assert_eq!(first, second, "revokedAt keeps its first value");
 }
 
@@ -81,13 +114,31 @@ async fn label_is_validated(app: TestApp) {
     for (body, msg) in [
         (json!({}), "Required"),
         (json!({ "label": 3 }), "Expected string, received number"),
-        (json!({ "label": "x".repeat(121) }), "String must contain at most 120 character(s)"),
+        (
+            json!({ "label": "x".repeat(121) }),
+            "String must contain at most 120 character(s)",
+        ),
     ] {
         let (s, b) = parts(app.post("/api/v1/keys", Some(&cookie), body.clone()).await).await;
-        assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "label": msg } })), "{body}");
+        assert_eq!(
+            (s, b),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": { "label": msg } })
+            ),
+            "{body}"
+        );
     }
-    assert_eq!(parts(app.get("/api/v1/keys", Some(&cookie)).await).await.1, json!({ "items": [] }));
-    assert_eq!(mint(&app, &cookie, &"x".repeat(120)).await["label"].as_str().map(str::len), Some(120));
+    assert_eq!(
+        parts(app.get("/api/v1/keys", Some(&cookie)).await).await.1,
+        json!({ "items": [] })
+    );
+    assert_eq!(
+        mint(&app, &cookie, &"x".repeat(120)).await["label"]
+            .as_str()
+            .map(str::len),
+        Some(120)
+    );
 }
 
 on_both_engines!(

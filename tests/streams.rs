@@ -15,12 +15,22 @@ fn errors(field: &str, msg: &str) -> Value {
 }
 
 async fn count_streams(app: &TestApp) -> i64 {
-    sqlx::query("SELECT COUNT(*) FROM streams").fetch_one(&app.state.db.pool).await.expect("count").get(0)
+    sqlx::query("SELECT COUNT(*) FROM streams")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("count")
+        .get(0)
 }
 
 async fn registers_a_stream_with_the_initial_snapshot(app: TestApp) {
     let cookie = app.user("op@example.com").await;
-    let r = app.post("/api/v1/streams", Some(&cookie), json!({ "sourceUrl": SRC, "name": "Main", "targetRegion": "eu-west" })).await;
+    let r = app
+        .post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": SRC, "name": "Main", "targetRegion": "eu-west" }),
+        )
+        .await;
     let (s, item) = parts(r).await;
     assert_eq!(s, StatusCode::CREATED);
     let id = item["id"].as_str().expect("id").to_owned();
@@ -34,11 +44,23 @@ async fn registers_a_stream_with_the_initial_snapshot(app: TestApp) {
         })
     );
     // Upsert: the same URL returns the existing row, 201, whatever else the body says.
-    let (s2, again) = parts(app.post("/api/v1/streams", Some(&cookie), json!({ "sourceUrl": SRC, "name": "Other" })).await).await;
+    let (s2, again) = parts(
+        app.post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": SRC, "name": "Other" }),
+        )
+        .await,
+    )
+    .await;
     assert_eq!((s2, &again), (StatusCode::CREATED, &item));
     assert_eq!(count_streams(&app).await, 1);
 
-    let (s, status) = parts(app.get(&format!("/api/v1/streams/{id}"), Some(&cookie)).await).await;
+    let (s, status) = parts(
+        app.get(&format!("/api/v1/streams/{id}"), Some(&cookie))
+            .await,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(
         status,
@@ -48,7 +70,9 @@ async fn registers_a_stream_with_the_initial_snapshot(app: TestApp) {
 
 async fn omitted_name_and_region_get_defaults(app: TestApp) {
     let cookie = app.user("op@example.com").await;
-    let item = app.stream(&cookie, "http://127.0.0.1:9/live/master.m3u8?token=abc").await;
+    let item = app
+        .stream(&cookie, "http://127.0.0.1:9/live/master.m3u8?token=abc")
+        .await;
     assert_eq!(item["name"], "127.0.0.1/live/master.m3u8");
     assert_eq!(item["targetRegion"], "auto");
     // Userinfo is allowed in the URL.
@@ -61,30 +85,88 @@ async fn invalid_bodies_are_refused_and_nothing_is_stored(app: TestApp) {
     let long = "n".repeat(121);
     let cases = [
         (json!({}), errors("sourceUrl", "Required")),
-        (json!({ "sourceUrl": 42 }), errors("sourceUrl", "Expected string, received number")),
-        (json!({ "sourceUrl": "not a url" }), errors("sourceUrl", "Must be a valid URL")),
-        (json!({ "sourceUrl": "/relative/path.m3u8" }), errors("sourceUrl", "Must be a valid URL")),
-        (json!({ "sourceUrl": SRC, "name": long }), errors("name", "String must contain at most 120 character(s)")),
-        (json!({ "sourceUrl": SRC, "name": null }), errors("name", "Expected string, received null")),
-        (json!({ "sourceUrl": SRC, "targetRegion": ["eu"] }), errors("targetRegion", "Expected string, received array")),
+        (
+            json!({ "sourceUrl": 42 }),
+            errors("sourceUrl", "Expected string, received number"),
+        ),
+        (
+            json!({ "sourceUrl": "not a url" }),
+            errors("sourceUrl", "Must be a valid URL"),
+        ),
+        (
+            json!({ "sourceUrl": "/relative/path.m3u8" }),
+            errors("sourceUrl", "Must be a valid URL"),
+        ),
+        (
+            json!({ "sourceUrl": SRC, "name": long }),
+            errors("name", "String must contain at most 120 character(s)"),
+        ),
+        (
+            json!({ "sourceUrl": SRC, "name": null }),
+            errors("name", "Expected string, received null"),
+        ),
+        (
+            json!({ "sourceUrl": SRC, "targetRegion": ["eu"] }),
+            errors("targetRegion", "Expected string, received array"),
+        ),
         (
             json!({ "sourceUrl": "nope", "name": "x".repeat(200) }),
             json!({ "errors": { "sourceUrl": "Must be a valid URL", "name": "String must contain at most 120 character(s)" } }),
         ),
     ];
     for (body, expected) in cases {
-        let (s, b) = parts(app.post("/api/v1/streams", Some(&cookie), body.clone()).await).await;
+        let (s, b) = parts(
+            app.post("/api/v1/streams", Some(&cookie), body.clone())
+                .await,
+        )
+        .await;
         assert_eq!((s, b), (StatusCode::BAD_REQUEST, expected), "{body}");
     }
-    for (raw, msg) in [("{oops", "Invalid JSON"), ("[1,2]", "Expected object, received array"), ("\"x\"", "Expected object, received string")] {
-        let r = app.send(Method::POST, "/api/v1/streams", Some(&cookie), Some(Body::Raw(raw.into()))).await;
-        assert_eq!(parts(r).await, (StatusCode::BAD_REQUEST, errors("body", msg)));
+    for (raw, msg) in [
+        ("{oops", "Invalid JSON"),
+        ("[1,2]", "Expected object, received array"),
+        ("\"x\"", "Expected object, received string"),
+    ] {
+        let r = app
+            .send(
+                Method::POST,
+                "/api/v1/streams",
+                Some(&cookie),
+                Some(Body::Raw(raw.into())),
+            )
+            .await;
+        assert_eq!(
+            parts(r).await,
+            (StatusCode::BAD_REQUEST, errors("body", msg))
+        );
     }
-    let huge = format!("{{\"sourceUrl\":\"{SRC}\",\"name\":\"{}\"}}", "x".repeat(70_000));
-    let r = app.send(Method::POST, "/api/v1/streams", Some(&cookie), Some(Body::Raw(huge))).await;
-    assert_eq!(parts(r).await, (StatusCode::BAD_REQUEST, errors("body", "Body must be at most 65536 bytes")));
+    let huge = format!(
+        "{{\"sourceUrl\":\"{SRC}\",\"name\":\"{}\"}}",
+        "x".repeat(70_000)
+    );
+    let r = app
+        .send(
+            Method::POST,
+            "/api/v1/streams",
+            Some(&cookie),
+            Some(Body::Raw(huge)),
+        )
+        .await;
+    assert_eq!(
+        parts(r).await,
+        (
+            StatusCode::BAD_REQUEST,
+            errors("body", "Body must be at most 65536 bytes")
+        )
+    );
     // Exactly 120 characters (not bytes) is allowed.
-    let ok = app.post("/api/v1/streams", Some(&cookie), json!({ "sourceUrl": SRC, "name": "é".repeat(120) })).await;
+    let ok = app
+        .post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": SRC, "name": "é".repeat(120) }),
+        )
+        .await;
     assert_eq!(ok.status(), StatusCode::CREATED);
     assert_eq!(count_streams(&app).await, 1);
 }
@@ -102,7 +184,10 @@ async fn ssrf_guard_refuses_private_targets_at_registration() {
         ("http://10.1.2.3/a.m3u8", private("10.1.2.3")),
         ("http://172.16.0.1/a.m3u8", private("172.16.0.1")),
         ("http://192.168.1.1/a.m3u8", private("192.168.1.1")),
-        ("http://169.254.169.254/latest/meta-data", private("169.254.169.254")),
+        (
+            "http://169.254.169.254/latest/meta-data",
+            private("169.254.169.254"),
+        ),
         ("http://100.64.0.1/", private("100.64.0.1")),
         ("http://2130706433/", private("127.0.0.1")),
         ("http://0177.0.0.1/", private("127.0.0.1")),
@@ -112,14 +197,35 @@ async fn ssrf_guard_refuses_private_targets_at_registration() {
         ("http://[::ffff:127.0.0.1]/", private("::ffff:127.0.0.1")),
         ("http://[fd00::1]/", private("fd00::1")),
         ("http://user:pass@10.0.0.1/", private("10.0.0.1")),
-        ("ftp://example.com/a.m3u8", "Only http(s) URLs are allowed".into()),
+        (
+            "ftp://example.com/a.m3u8",
+            "Only http(s) URLs are allowed".into(),
+        ),
         ("file:///etc/passwd", "Only http(s) URLs are allowed".into()),
-        ("javascript:alert(1)", "Only http(s) URLs are allowed".into()),
-        ("http://nonexistent.invalid/a.m3u8", "Hostname did not resolve".into()),
+        (
+            "javascript:alert(1)",
+            "Only http(s) URLs are allowed".into(),
+        ),
+        (
+            "http://nonexistent.invalid/a.m3u8",
+            "Hostname did not resolve".into(),
+        ),
     ];
     for (url, msg) in cases {
-        let (s, b) = parts(app.post("/api/v1/streams", Some(&cookie), json!({ "sourceUrl": url })).await).await;
-        assert_eq!((s, b), (StatusCode::BAD_REQUEST, errors("sourceUrl", &msg)), "{url}");
+        let (s, b) = parts(
+            app.post(
+                "/api/v1/streams",
+                Some(&cookie),
+                json!({ "sourceUrl": url }),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(
+            (s, b),
+            (StatusCode::BAD_REQUEST, errors("sourceUrl", &msg)),
+            "{url}"
+        );
     }
     assert_eq!(count_streams(&app).await, 0);
 }
@@ -128,13 +234,22 @@ async fn lists_the_fifty_newest_first(app: TestApp) {
     let cookie = app.user("op@example.com").await;
     let mut ids = Vec::new();
     for i in 0..55 {
-        ids.push(app.stream(&cookie, &format!("http://127.0.0.1:9/s{i}.m3u8")).await["id"].as_str().expect("id").to_owned());
+        ids.push(
+            app.stream(&cookie, &format!("http://127.0.0.1:9/s{i}.m3u8"))
+                .await["id"]
+                .as_str()
+                .expect("id")
+                .to_owned(),
+        );
     }
     let (s, b) = parts(app.get("/api/v1/streams", Some(&cookie)).await).await;
     assert_eq!(s, StatusCode::OK);
     let items = b["items"].as_array().expect("items");
     assert_eq!(items.len(), 50);
-    let listed: Vec<&str> = items.iter().map(|i| i["id"].as_str().expect("id")).collect();
+    let listed: Vec<&str> = items
+        .iter()
+        .map(|i| i["id"].as_str().expect("id"))
+        .collect();
     let expected: Vec<&str> = ids.iter().rev().take(50).map(String::as_str).collect();
     assert_eq!(listed, expected);
     // Streams are shared by every signed-in user.
@@ -149,35 +264,92 @@ async fn patch_changes_only_name_and_region(app: TestApp) {
     let id = item["id"].as_str().expect("id");
     let path = format!("/api/v1/streams/{id}");
 
-    let (s, b) = parts(app.patch(&path, Some(&cookie), json!({ "name": "Renamed" })).await).await;
+    let (s, b) = parts(
+        app.patch(&path, Some(&cookie), json!({ "name": "Renamed" }))
+            .await,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     let mut expected = item.clone();
     expected["name"] = json!("Renamed");
     assert_eq!(b, expected);
 
-    let (_, b) = parts(app.patch(&path, Some(&cookie), json!({ "targetRegion": "us-east", "sourceUrl": "http://127.0.0.1:9/other.m3u8" })).await).await;
+    let (_, b) = parts(
+        app.patch(
+            &path,
+            Some(&cookie),
+            json!({ "targetRegion": "us-east", "sourceUrl": "http://127.0.0.1:9/other.m3u8" }),
+        )
+        .await,
+    )
+    .await;
     expected["targetRegion"] = json!("us-east");
     assert_eq!(b, expected, "sourceUrl is not changeable");
     // Idempotent, and an empty body changes nothing.
-    assert_eq!(parts(app.patch(&path, Some(&cookie), json!({ "targetRegion": "us-east" })).await).await.1, expected);
-    assert_eq!(parts(app.patch(&path, Some(&cookie), json!({})).await).await.1, expected);
+    assert_eq!(
+        parts(
+            app.patch(&path, Some(&cookie), json!({ "targetRegion": "us-east" }))
+                .await
+        )
+        .await
+        .1,
+        expected
+    );
+    assert_eq!(
+        parts(app.patch(&path, Some(&cookie), json!({})).await)
+            .await
+            .1,
+        expected
+    );
 
-    let (s, b) = parts(app.patch(&path, Some(&cookie), json!({ "name": "x".repeat(121) })).await).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, errors("name", "String must contain at most 120 character(s)")));
-    assert_eq!(parts(app.get(&path, Some(&cookie)).await).await.1["sourceUrl"], SRC);
+    let (s, b) = parts(
+        app.patch(&path, Some(&cookie), json!({ "name": "x".repeat(121) }))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            errors("name", "String must contain at most 120 character(s)")
+        )
+    );
+    assert_eq!(
+        parts(app.get(&path, Some(&cookie)).await).await.1["sourceUrl"],
+        SRC
+    );
 }
 
 async fn unknown_ids_are_not_found(app: TestApp) {
     let cookie = app.user("op@example.com").await;
     let nf = (StatusCode::NOT_FOUND, json!({ "error": "Not Found" }));
-    assert_eq!(parts(app.get("/api/v1/streams/nope", Some(&cookie)).await).await, nf);
-    assert_eq!(parts(app.patch("/api/v1/streams/nope", Some(&cookie), json!({ "name": "x" })).await).await, nf);
+    assert_eq!(
+        parts(app.get("/api/v1/streams/nope", Some(&cookie)).await).await,
+        nf
+    );
+    assert_eq!(
+        parts(
+            app.patch(
+                "/api/v1/streams/nope",
+                Some(&cookie),
+                json!({ "name": "x" })
+            )
+            .await
+        )
+        .await,
+        nf
+    );
 }
 
 async fn every_cookie_route_requires_a_session(app: TestApp) {
     let unauthorized = (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }));
     let cookie = app.user("op@example.com").await;
-    let minted: Value = app.post("/api/v1/keys", Some(&cookie), json!({ "label": "k" })).await.json().await.expect("json");
+    let minted: Value = app
+        .post("/api/v1/keys", Some(&cookie), json!({ "label": "k" }))
+        .await
+        .json()
+        .await
+        .expect("json");
     let raw = minted["rawKey"].as_str().expect("raw");
     for (method, path) in [
         (Method::POST, "/api/v1/streams"),
@@ -189,10 +361,24 @@ async fn every_cookie_route_requires_a_session(app: TestApp) {
         (Method::GET, "/api/v1/keys"),
         (Method::DELETE, "/api/v1/keys/x"),
     ] {
-        let r = app.send(method.clone(), path, None, Some(Body::Json(json!({ "sourceUrl": SRC, "label": "x" })))).await;
+        let r = app
+            .send(
+                method.clone(),
+                path,
+                None,
+                Some(Body::Json(json!({ "sourceUrl": SRC, "label": "x" }))),
+            )
+            .await;
         assert_eq!(parts(r).await, unauthorized, "{method} {path}");
         // A bearer key is not a cookie.
-        let r = app.http.request(method.clone(), app.url(path)).bearer_auth(raw).json(&json!({ "label": "x" })).send().await.expect("send");
+        let r = app
+            .http
+            .request(method.clone(), app.url(path))
+            .bearer_auth(raw)
+            .json(&json!({ "label": "x" }))
+            .send()
+            .await
+            .expect("send");
         assert_eq!(parts(r).await, unauthorized, "{method} {path} with bearer");
     }
     assert_eq!(count_streams(&app).await, 0);

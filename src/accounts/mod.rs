@@ -316,7 +316,15 @@ mod tests {
         );
         assert!(normalize_email("a.b+tag@sub.example.io").is_some());
         for bad in [
-            "", "plain", "@x.io", "a@", "a@b", "a@@b.io", "a b@c.io", "a@b..io", "a@-b.io",
+            "",
+            "plain",
+            "@x.io",
+            "a@",
+            "a@b",
+            "a@@b.io",
+            "a b@c.io",
+            "a@b..io",
+            "a@-b.io",
             "a@b.io\u{7}",
             "a\u{0}@b.io",
         ] {

@@ -22,8 +22,14 @@ fn asset(body: &'static str, content_type: &'static str, cache: &'static str) ->
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("strict-origin-when-cross-origin"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("strict-origin-when-cross-origin"),
+    );
     r
 }
 
@@ -32,13 +38,20 @@ pub async fn landing() -> Response {
 }
 
 pub async fn demo_player() -> Response {
-    asset(DEMO_PLAYER, "text/html; charset=utf-8", "public, max-age=300")
+    asset(
+        DEMO_PLAYER,
+        "text/html; charset=utf-8",
+        "public, max-age=300",
+    )
 }
 
 fn sdk(cache: &'static str) -> Response {
     let mut r = asset(SDK_BUNDLE, "text/javascript; charset=utf-8", cache);
     // Module scripts loaded from a player's own origin need CORS.
-    r.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    r.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     r
 }
 

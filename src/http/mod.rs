@@ -16,9 +16,9 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::middleware;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use axum::response::IntoResponse;
 use serde_json::json;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -55,7 +55,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/keys", post(keys::create).get(keys::list))
         .route("/api/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/api/v1/telemetry/sessions", get(telemetry::sessions))
-        .route("/api/v1/telemetry/sessions/{id}/events", get(telemetry::session_events))
+        .route(
+            "/api/v1/telemetry/sessions/{id}/events",
+            get(telemetry::session_events),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             extract::require_session,
@@ -70,17 +73,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         // OPTIONS is routed explicitly so the CORS layer sees preflights; it answers them itself.
         .route(
             "/api/v1/telemetry",
-            post(telemetry::ingest).options(|| async { StatusCode::NO_CONTENT }).layer(telemetry::cors()),
+            post(telemetry::ingest)
+                .options(|| async { StatusCode::NO_CONTENT })
+                .layer(telemetry::cors()),
         )
         .route("/api/waitlist", post(waitlist::join))
         .route("/healthz", get(healthz))
         .route("/", get(assets::landing))
         .route("/demo/player.html", get(assets::demo_player))
-        .route(&assets::sdk_path(assets::SDK_VERSION), get(assets::sdk_pinned))
+        .route(
+            &assets::sdk_path(assets::SDK_VERSION),
+            get(assets::sdk_pinned),
+        )
         .route(&assets::sdk_path("latest"), get(assets::sdk_latest))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
-        .layer(CatchPanicLayer::custom(|_| ApiError::internal("handler panicked").into_response()))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::internal("handler panicked").into_response()
+        }))
         .with_state(state)
 }
 

@@ -37,14 +37,29 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn invalid(errors: ingest::ValidationErrors) -> ApiError {
-    ApiError::Validation(errors.iter().map(|(k, m)| (k.to_owned(), m.to_owned())).collect())
+    ApiError::Validation(
+        errors
+            .iter()
+            .map(|(k, m)| (k.to_owned(), m.to_owned()))
+            .collect(),
+    )
 }
 
-pub async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<StatusCode, ApiError> {
+pub async fn ingest(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
     let raw_key = bearer(&headers).ok_or(ApiError::InvalidApiKey)?;
-    let owner = state.key_cache.authenticate(raw_key).await?.ok_or(ApiError::InvalidApiKey)?;
+    let owner = state
+        .key_cache
+        .authenticate(raw_key)
+        .await?
+        .ok_or(ApiError::InvalidApiKey)?;
 
-    let bytes = read_body(body, ingest::MAX_BODY_BYTES).await.ok_or_else(|| invalid(ingest::body_too_large()))?;
+    let bytes = read_body(body, ingest::MAX_BODY_BYTES)
+        .await
+        .ok_or_else(|| invalid(ingest::body_too_large()))?;
     // simd-json parses in place; this takes over the buffer without a copy when
     // the body arrived as one uniquely owned chunk.
     let mut buf = Vec::from(bytes);
@@ -53,7 +68,11 @@ pub async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         return Err(ApiError::InvalidApiKey);
     }
 
-    state.writer.submit(batch.into_rows(&owner.user_id)).await.map_err(ApiError::internal)?;
+    state
+        .writer
+        .submit(batch.into_rows(&owner.user_id))
+        .await
+        .map_err(ApiError::internal)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -61,7 +80,11 @@ pub async fn sessions(
     State(state): State<Arc<AppState>>,
     Extension(SessionUser(auth)): Extension<SessionUser>,
 ) -> Result<Json<Value>, ApiError> {
-    let items = state.sink.sessions(&auth.user.id, SESSIONS_LIMIT).await.map_err(ApiError::internal)?;
+    let items = state
+        .sink
+        .sessions(&auth.user.id, SESSIONS_LIMIT)
+        .await
+        .map_err(ApiError::internal)?;
     Ok(Json(json!({ "items": items })))
 }
 
@@ -70,7 +93,11 @@ pub async fn session_events(
     Extension(SessionUser(auth)): Extension<SessionUser>,
     Path(session_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let items = state.sink.session_events(&auth.user.id, &session_id).await.map_err(ApiError::internal)?;
+    let items = state
+        .sink
+        .session_events(&auth.user.id, &session_id)
+        .await
+        .map_err(ApiError::internal)?;
     if items.is_empty() {
         return Err(ApiError::NotFound);
     }

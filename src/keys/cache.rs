@@ -150,7 +150,10 @@ impl KeyCache {
         .await?
         .get(0);
         let change = crate::time::new_id();
-        self.acks.lock().unwrap_or_else(|p| p.into_inner()).insert(change.clone(), HashSet::new());
+        self.acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(change.clone(), HashSet::new());
         let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(NOTIFY_CHANNEL)
             .bind(format!("{change}:{hash}"))
@@ -159,7 +162,12 @@ impl KeyCache {
         let waited = async {
             loop {
                 let arrived = self.ack_arrived.notified();
-                let acked = self.acks.lock().unwrap_or_else(|p| p.into_inner()).get(&change).map_or(0, HashSet::len);
+                let acked = self
+                    .acks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&change)
+                    .map_or(0, HashSet::len);
                 if acked as i64 >= listeners {
                     return;
                 }
@@ -167,17 +175,29 @@ impl KeyCache {
             }
         };
         let on_time = sent.is_ok() && tokio::time::timeout(ACK_TIMEOUT, waited).await.is_ok();
-        self.acks.lock().unwrap_or_else(|p| p.into_inner()).remove(&change);
+        self.acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&change);
         sent?;
         if !on_time {
-            tracing::warn!(listeners, "not every instance acknowledged a key change in time");
+            tracing::warn!(
+                listeners,
+                "not every instance acknowledged a key change in time"
+            );
         }
         Ok(())
     }
 
     /// Handles one notification on either channel.
-    async fn on_notification(&self, listener: &mut sqlx::postgres::PgListener, n: &sqlx::postgres::PgNotification) {
-        let Some((id, rest)) = n.payload().split_once(':') else { return };
+    async fn on_notification(
+        &self,
+        listener: &mut sqlx::postgres::PgListener,
+        n: &sqlx::postgres::PgNotification,
+    ) {
+        let Some((id, rest)) = n.payload().split_once(':') else {
+            return;
+        };
         if n.channel() == NOTIFY_CHANNEL {
             self.invalidate(Some(rest));
             let ack = sqlx::query("SELECT pg_notify($1, $2)")
@@ -188,7 +208,12 @@ impl KeyCache {
             if let Err(e) = ack {
                 tracing::warn!(error = %e, "could not acknowledge a key change");
             }
-        } else if let Some(set) = self.acks.lock().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
+        } else if let Some(set) = self
+            .acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(id)
+        {
             set.insert(rest.to_owned());
             self.ack_arrived.notify_waiters();
         }
@@ -265,7 +290,11 @@ fn listener_url(database_url: &str, instance_id: &str) -> String {
 
 /// Writes `lastUsedAt` for keys used recently, in small batches, until shutdown; what is
 /// queued at shutdown is still written.
-pub async fn run_touch_writer(keys: Keys, mut rx: mpsc::Receiver<String>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run_touch_writer(
+    keys: Keys,
+    mut rx: mpsc::Receiver<String>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut batch = Vec::new();
     loop {
         let open = tokio::select! {

@@ -77,7 +77,8 @@ fn from_row(r: &AnyRow) -> Stream {
 
 /// True when the row's stored uptime may be served as is.
 fn uptime_is_fresh(r: &AnyRow, now: i64) -> bool {
-    r.get::<Option<i64>, _>("uptime_at").is_some_and(|at| now - at <= uptime::FRESH_MS)
+    r.get::<Option<i64>, _>("uptime_at")
+        .is_some_and(|at| now - at <= uptime::FRESH_MS)
 }
 
 /// Stream operations over the relational store.
@@ -139,7 +140,10 @@ impl Streams {
         .bind(source_url)
         .fetch_one(&self.db.pool)
         .await?;
-        Ok(self.with_uptime(std::slice::from_ref(&row)).await?.remove(0))
+        Ok(self
+            .with_uptime(std::slice::from_ref(&row))
+            .await?
+            .remove(0))
     }
 
     /// The newest streams, `createdAt` descending.
@@ -160,7 +164,10 @@ impl Streams {
             .fetch_optional(&self.db.pool)
             .await?
             .ok_or(StreamError::NotFound)?;
-        Ok(self.with_uptime(std::slice::from_ref(&row)).await?.remove(0))
+        Ok(self
+            .with_uptime(std::slice::from_ref(&row))
+            .await?
+            .remove(0))
     }
 
     /// Applies a PATCH body: `name` and `targetRegion` change when present; `sourceUrl` is the

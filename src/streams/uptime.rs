@@ -32,7 +32,11 @@ pub fn pct(total: i64, failing: i64) -> f64 {
 }
 
 /// Uptime of each listed stream over `(now - 24 h, now]`; streams without probes are absent.
-pub async fn compute<'e, E>(exec: E, ids: &[&str], now: i64) -> Result<HashMap<String, f64>, sqlx::Error>
+pub async fn compute<'e, E>(
+    exec: E,
+    ids: &[&str],
+    now: i64,
+) -> Result<HashMap<String, f64>, sqlx::Error>
 where
     E: Executor<'e, Database = Any>,
 {
@@ -72,8 +76,16 @@ where
 
 /// Recomputes one stream's uptime and stores it on the stream row (inside the probe's
 /// transaction, so the row and its uptime move together).
-pub async fn refresh(tx: &mut sqlx::AnyConnection, stream_id: &str, now: i64) -> Result<(), sqlx::Error> {
-    let pct = compute(&mut *tx, &[stream_id], now).await?.get(stream_id).copied().unwrap_or(100.0);
+pub async fn refresh(
+    tx: &mut sqlx::AnyConnection,
+    stream_id: &str,
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    let pct = compute(&mut *tx, &[stream_id], now)
+        .await?
+        .get(stream_id)
+        .copied()
+        .unwrap_or(100.0);
     sqlx::query("UPDATE streams SET uptime_pct = $1, uptime_at = $2 WHERE id = $3")
         .bind(pct)
         .bind(now)

@@ -79,7 +79,9 @@ async fn start(engine: Engine, tweak: impl FnOnce(&mut Config), background: Back
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = test_config(engine, dir.path()).await;
     tweak(&mut config);
-    let server = Server::build_with(config, background).await.expect("server builds");
+    let server = Server::build_with(config, background)
+        .await
+        .expect("server builds");
     let addr = server.local_addr();
     let state = server.state.clone();
     let (stop, stopped) = oneshot::channel::<()>();

@@ -45,7 +45,11 @@ struct Args {
     #[arg(long)]
     reuse_pg: Option<String>,
     /// PostgreSQL server on which a fresh database is created.
-    #[arg(long, env = "TEST_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    #[arg(
+        long,
+        env = "TEST_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
     pg_admin_url: String,
 }
 
@@ -65,7 +69,10 @@ async fn main() -> Result<()> {
     );
     for engine in &args.engines {
         let dir = tempfile::tempdir()?;
-        let data_dir = args.reuse_dir.clone().unwrap_or_else(|| dir.path().to_owned());
+        let data_dir = args
+            .reuse_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().to_owned());
         let reuse = match engine.as_str() {
             "sqlite" => data_dir.join("streamwatch.db").exists(),
             _ => args.reuse_pg.is_some(),
@@ -91,7 +98,8 @@ async fn main() -> Result<()> {
         // As in a running deployment, every stream carries the uptime its last probe stored.
         let mut conn = db.pool.acquire().await?;
         for s in 0..args.streams {
-            streamwatch::streams::uptime::refresh(&mut conn, &format!("stream{s:05}"), now_ms()).await?;
+            streamwatch::streams::uptime::refresh(&mut conn, &format!("stream{s:05}"), now_ms())
+                .await?;
         }
         drop(conn);
         db.pool.close().await;
@@ -102,7 +110,9 @@ async fn main() -> Result<()> {
         let handle = tokio::spawn(server.run(async move {
             let _ = stopped.await;
         }));
-        let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()?;
         let cookie = sign_up(&client, &base).await?;
         for route in ["/api/v1/streams", "/api/v1/agents"] {
             // Warm caches and connections (and report the unloaded service time), then measure.
@@ -110,7 +120,10 @@ async fn main() -> Result<()> {
             for _ in 0..50 {
                 get(&client, &base, route, &cookie).await?;
             }
-            println!("[{engine}] GET {route}: one at a time {:.2} ms", t.elapsed().as_secs_f64() * 1000.0 / 50.0);
+            println!(
+                "[{engine}] GET {route}: one at a time {:.2} ms",
+                t.elapsed().as_secs_f64() * 1000.0 / 50.0
+            );
             let stats = open_loop(&client, &base, route, &cookie, args.rate, args.seconds).await;
             println!("[{engine}] GET {route}: {stats}");
         }
@@ -122,8 +135,12 @@ async fn main() -> Result<()> {
 
 async fn fresh_pg(admin: &str) -> Result<String> {
     let name = format!("sw_bench_{}", streamwatch::time::new_id());
-    let mut conn = sqlx::PgConnection::connect(admin).await.context("connect to PostgreSQL")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await?;
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .context("connect to PostgreSQL")?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await?;
     Ok(url_with_path(admin, &name))
 }
 
@@ -190,14 +207,26 @@ async fn seed(db: &Db, args: &Args) -> Result<()> {
     insert_probes(&mut tx, &batch, &mut n).await?;
     let rollups: Vec<_> = rollups.into_iter().collect();
     for chunk in rollups.chunks(ROWS) {
-        let mut sql = String::from("INSERT INTO probe_rollups (stream_id, hour, total, failing) VALUES ");
+        let mut sql =
+            String::from("INSERT INTO probe_rollups (stream_id, hour, total, failing) VALUES ");
         for i in 0..chunk.len() {
             let b = i * 4;
-            sql.push_str(&format!("{}(${}, ${}, ${}, ${})", if i > 0 { "," } else { "" }, b + 1, b + 2, b + 3, b + 4));
+            sql.push_str(&format!(
+                "{}(${}, ${}, ${}, ${})",
+                if i > 0 { "," } else { "" },
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4
+            ));
         }
         let mut q = sqlx::query(&sql);
         for ((s, hour), (total, failing)) in chunk {
-            q = q.bind(format!("stream{s:05}")).bind(*hour).bind(*total).bind(*failing);
+            q = q
+                .bind(format!("stream{s:05}"))
+                .bind(*hour)
+                .bind(*total)
+                .bind(*failing);
         }
         q.execute(&mut *tx).await?;
     }
@@ -265,7 +294,11 @@ async fn sign_up(client: &reqwest::Client, base: &str) -> Result<String> {
 }
 
 async fn get(client: &reqwest::Client, base: &str, route: &str, cookie: &str) -> Result<usize> {
-    let r = client.get(format!("{base}{route}")).header("cookie", cookie).send().await?;
+    let r = client
+        .get(format!("{base}{route}"))
+        .header("cookie", cookie)
+        .send()
+        .await?;
     anyhow::ensure!(r.status().is_success(), "status {}", r.status());
     Ok(r.bytes().await?.len())
 }
@@ -280,7 +313,11 @@ impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut l = self.lat.clone();
         l.sort();
-        let p = |q: f64| l.get(((l.len() as f64 * q) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or_default();
+        let p = |q: f64| {
+            l.get(((l.len() as f64 * q) as usize).min(l.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         write!(
             f,
@@ -296,7 +333,14 @@ impl std::fmt::Display for Stats {
     }
 }
 
-async fn open_loop(client: &reqwest::Client, base: &str, route: &str, cookie: &str, rate: u32, seconds: u64) -> Stats {
+async fn open_loop(
+    client: &reqwest::Client,
+    base: &str,
+    route: &str,
+    cookie: &str,
+    rate: u32,
+    seconds: u64,
+) -> Stats {
     let total = rate as u64 * seconds;
     let gap = Duration::from_secs_f64(1.0 / rate as f64);
     let t0 = tokio::time::Instant::now();
@@ -313,7 +357,11 @@ async fn open_loop(client: &reqwest::Client, base: &str, route: &str, cookie: &s
             (ok, scheduled.elapsed())
         }));
     }
-    let mut stats = Stats { lat: Vec::new(), errors: 0, seconds: seconds as f64 };
+    let mut stats = Stats {
+        lat: Vec::new(),
+        errors: 0,
+        seconds: seconds as f64,
+    };
     for t in tasks {
         match t.await {
             Ok((true, d)) => stats.lat.push(d),
@@ -326,7 +374,11 @@ async fn open_loop(client: &reqwest::Client, base: &str, route: &str, cookie: &s
 fn mem_total() -> String {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned()))
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned())
+        })
         .and_then(|kb| kb.parse::<u64>().ok())
         .map(|kb| format!("{:.1} GiB RAM", kb as f64 / 1024.0 / 1024.0))
         .unwrap_or_else(|| "unknown RAM".into())

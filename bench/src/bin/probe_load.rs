@@ -165,8 +165,9 @@ async fn run(engine: &str, args: &Args) -> Result<()> {
         .collect();
     let mut lateness = lateness_of(&window, &dues);
     lateness.sort_unstable();
-    let expected =
-        args.streams as f64 * (window_end_ms - window_start_ms) as f64 / 1000.0 / args.interval_s as f64;
+    let expected = args.streams as f64 * (window_end_ms - window_start_ms) as f64
+        / 1000.0
+        / args.interval_s as f64;
     println!(
         "[{engine}] probes in window: {} (expected {:.0}), not healthy overall: {failing}",
         window.len(),
@@ -269,7 +270,10 @@ fn start_server(args: &Args, data_dir: &std::path::Path, url: &DatabaseUrl) -> R
         .env("STREAMWATCH_DATA_DIR", data_dir)
         .env("DATABASE_URL", url)
         .env("STREAMWATCH_ALLOW_PRIVATE", "127.0.0.0/8,::1/128")
-        .env("STREAMWATCH_PROBE_INTERVAL", format!("{}s", args.interval_s))
+        .env(
+            "STREAMWATCH_PROBE_INTERVAL",
+            format!("{}s", args.interval_s),
+        )
         .stdout(Stdio::null())
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))?;
@@ -343,11 +347,7 @@ fn status_kib(pid: u32, key: &str) -> Result<u64> {
         .lines()
         .find(|l| l.starts_with(key))
         .with_context(|| format!("{key} in /proc/{pid}/status"))?;
-    Ok(line
-        .split_whitespace()
-        .nth(1)
-        .context("value")?
-        .parse()?)
+    Ok(line.split_whitespace().nth(1).context("value")?.parse()?)
 }
 
 fn terminate(child: &mut Child) -> Result<()> {

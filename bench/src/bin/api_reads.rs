@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use serde_json::json;
-use sqlx::Connection;
 use streamwatch::config::{CidrList, Config, DatabaseUrl, RateLimit};
 use streamwatch::db::Db;
 use streamwatch::startup::Server;
@@ -59,7 +58,7 @@ async fn main() -> Result<()> {
     println!(
         "machine: {} cores, {} | {} streams x {} h at {} s = {} probe rows | {} req/s for {} s per route",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        mem_total(),
+        bench::mem_total(),
         args.streams,
         args.hours,
         args.interval_s,
@@ -84,7 +83,7 @@ async fn main() -> Result<()> {
         if engine == "postgres" {
             let url = match &args.reuse_pg {
                 Some(u) => u.clone(),
-                None => fresh_pg(&args.pg_admin_url).await?,
+                None => bench::fresh_pg(&args.pg_admin_url, "sw_bench_reads").await?,
             };
             println!("[postgres] database {url}");
             config.database_url = Some(DatabaseUrl::Postgres(url));
@@ -131,24 +130,6 @@ async fn main() -> Result<()> {
         let _ = handle.await;
     }
     Ok(())
-}
-
-async fn fresh_pg(admin: &str) -> Result<String> {
-    let name = format!("sw_bench_{}", streamwatch::time::new_id());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .context("connect to PostgreSQL")?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await?;
-    Ok(url_with_path(admin, &name))
-}
-
-fn url_with_path(admin: &str, db: &str) -> String {
-    match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => format!("{admin}/{db}"),
-    }
 }
 
 /// Streams, probe rows and their hourly rollups, written in large multi-row inserts.
@@ -369,17 +350,4 @@ async fn open_loop(
         }
     }
     stats
-}
-
-fn mem_total() -> String {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .next()
-                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned())
-        })
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| format!("{:.1} GiB RAM", kb as f64 / 1024.0 / 1024.0))
-        .unwrap_or_else(|| "unknown RAM".into())
 }

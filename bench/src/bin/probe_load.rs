@@ -37,7 +37,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use clap::Parser;
-use sqlx::{Connection, Row};
+use sqlx::Row;
 use streamwatch::config::DatabaseUrl;
 use streamwatch::db::Db;
 use streamwatch::time::now_ms;
@@ -85,7 +85,7 @@ async fn main() -> Result<()> {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
-        mem_total(),
+        bench::mem_total(),
         args.streams,
         args.interval_s,
         args.warmup_s,
@@ -109,7 +109,9 @@ async fn run(engine: &str, args: &Args) -> Result<()> {
             "sqlite://{}",
             dir.path().join("streamwatch.db").display()
         )),
-        "postgres" => DatabaseUrl::Postgres(fresh_pg(&args.pg_admin_url).await?),
+        "postgres" => {
+            DatabaseUrl::Postgres(bench::fresh_pg(&args.pg_admin_url, "sw_bench_probe").await?)
+        }
         other => bail!("unknown engine {other}"),
     };
     let arrivals: Arrivals = Arc::default();
@@ -357,33 +359,6 @@ fn terminate(child: &mut Child) -> Result<()> {
         .status()?;
     child.wait()?;
     Ok(())
-}
-
-fn mem_total() -> String {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| format!("{:.0} GiB RAM", kb as f64 / 1024.0 / 1024.0))
-        .unwrap_or_else(|| "unknown RAM".into())
-}
-
-async fn fresh_pg(admin: &str) -> Result<String> {
-    let name = format!("sw_bench_{}", streamwatch::time::new_id());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .context("connect to PostgreSQL")?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await?;
-    Ok(match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => format!("{admin}/{name}"),
-    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1,18 +1,19 @@
 //! Wall-clock time as the service stores it (epoch milliseconds) and renders it
 //! (`YYYY-MM-DDTHH:MM:SS.sssZ`, exactly millisecond precision), plus row identifiers.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Renders epoch milliseconds as the contract's timestamp string.
+/// Renders epoch milliseconds as the contract's timestamp string — the one formatter the
+/// telemetry read-back uses too.
 pub fn iso_ms(ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(SecondsFormat::Millis, true)
+    ingest::time::format_ms(ms)
 }
 
 /// A new opaque row identifier (cuid2: collision-resistant, not guessable, URL-safe).

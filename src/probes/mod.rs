@@ -130,27 +130,10 @@ impl Probes {
     pub async fn record(&self, p: &NewProbe) -> Result<Option<String>, DbError> {
         let mut tx = self.db.pool.begin().await?;
         let id = new_id();
-        let healthy_at = (p.status == ProbeStatus::Healthy).then_some(p.created_at);
-        let moved = sqlx::query(
-            "UPDATE streams SET status = $1, agent_state = $2, last_action = $3, last_checked_at = $4, \
-                 last_healthy_at = COALESCE($5, last_healthy_at), next_probe_at = $6, lease_until = NULL \
-             WHERE id = $7",
-        )
-        .bind(p.status.stream_status())
-        .bind(p.status.agent_state())
-        .bind(&p.last_action)
-        .bind(p.created_at)
-        .bind(healthy_at)
-        .bind(p.next_probe_at)
-        .bind(&p.stream_id)
-        .execute(&mut *tx)
-        .await?;
-        if moved.rows_affected() == 0 {
-            return Ok(None);
-        }
-        sqlx::query(
+        // Inserted only while the stream exists (it may have gone since it was claimed).
+        let inserted = sqlx::query(
             "INSERT INTO probes (id, stream_id, status, anomaly_class, latency_ms, http_status, detail, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM streams WHERE id = $2)",
         )
         .bind(&id)
         .bind(&p.stream_id)
@@ -162,6 +145,9 @@ impl Probes {
         .bind(p.created_at)
         .execute(&mut *tx)
         .await?;
+        if inserted.rows_affected() == 0 {
+            return Ok(None);
+        }
         sqlx::query(
             "INSERT INTO probe_rollups (stream_id, hour, total, failing) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (stream_id, hour) DO UPDATE SET total = probe_rollups.total + 1, \
@@ -172,7 +158,31 @@ impl Probes {
         .bind(i64::from(p.status == ProbeStatus::Failing))
         .execute(&mut *tx)
         .await?;
-        uptime::refresh(&mut tx, &p.stream_id, crate::time::now_ms()).await?;
+        // The snapshot and the uptime that now includes this probe, in one write of the row.
+        let now = crate::time::now_ms();
+        let uptime_pct = uptime::compute(&mut *tx, &[p.stream_id.as_str()], now)
+            .await?
+            .get(&p.stream_id)
+            .copied()
+            .unwrap_or(100.0);
+        let healthy_at = (p.status == ProbeStatus::Healthy).then_some(p.created_at);
+        sqlx::query(
+            "UPDATE streams SET status = $1, agent_state = $2, last_action = $3, last_checked_at = $4, \
+                 last_healthy_at = COALESCE($5, last_healthy_at), next_probe_at = $6, lease_until = NULL, \
+                 uptime_pct = $7, uptime_at = $8 \
+             WHERE id = $9",
+        )
+        .bind(p.status.stream_status())
+        .bind(p.status.agent_state())
+        .bind(&p.last_action)
+        .bind(p.created_at)
+        .bind(healthy_at)
+        .bind(p.next_probe_at)
+        .bind(uptime_pct)
+        .bind(now)
+        .bind(&p.stream_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(Some(id))
     }
@@ -281,16 +291,5 @@ impl Probes {
             .fetch_all(&self.db.pool)
             .await?;
         Ok(rows.iter().map(|r| r.get::<String, _>("id")).collect())
-    }
-
-    /// Status of the stream's newest probe, if any (the prober's previous state).
-    pub async fn last_status(&self, stream_id: &str) -> Result<Option<ProbeStatus>, DbError> {
-        let row = sqlx::query(
-            "SELECT status FROM probes WHERE stream_id = $1 ORDER BY created_at DESC, seq DESC LIMIT 1",
-        )
-        .bind(stream_id)
-        .fetch_optional(&self.db.pool)
-        .await?;
-        Ok(row.and_then(|r| ProbeStatus::parse(&r.get::<String, _>("status"))))
     }
 }

@@ -74,8 +74,8 @@ where
         .collect())
 }
 
-/// Recomputes one stream's uptime and stores it on the stream row (inside the probe's
-/// transaction, so the row and its uptime move together).
+/// Recomputes one stream's uptime and stores it on the stream row, outside of a probe
+/// (a probe's own transaction stores it with the snapshot, see `Probes::record`).
 pub async fn refresh(
     tx: &mut sqlx::AnyConnection,
     stream_id: &str,

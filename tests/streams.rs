@@ -123,6 +123,7 @@ async fn invalid_bodies_are_refused_and_nothing_is_stored(app: TestApp) {
         assert_eq!((s, b), (StatusCode::BAD_REQUEST, expected), "{body}");
     }
     for (raw, msg) in [
+        ("", "Required"),
         ("{oops", "Invalid JSON"),
         ("[1,2]", "Expected object, received array"),
         ("\"x\"", "Expected object, received string"),

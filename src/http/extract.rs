@@ -36,6 +36,11 @@ impl<S: Send + Sync> FromRequest<S> for SmallBody {
     }
 }
 
+/// A JSON object body of the stream and key routes, or the contract's 400 keyed `body`.
+pub fn object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    crate::validation::parse_object(body).map_err(|msg| ApiError::field("body", msg))
+}
+
 /// Reads at most `limit` bytes; `None` when the body is larger or the stream broke.
 pub async fn read_body(body: Body, limit: usize) -> Option<Bytes> {
     axum::body::to_bytes(body, limit).await.ok()

@@ -8,8 +8,7 @@ use axum::{Extension, Json};
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::extract::{SessionUser, SmallBody};
-use super::streams::object;
+use super::extract::{object, SessionUser, SmallBody};
 use super::AppState;
 use crate::accounts::token::sha256_hex;
 use crate::keys::ApiKey;

@@ -8,11 +8,10 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::extract::SmallBody;
+use super::extract::{object, SmallBody};
 use super::AppState;
 use crate::streams::Stream;
 use crate::time::iso_ms;
-use crate::validation::parse_object;
 
 fn item(s: &Stream) -> Value {
     json!({
@@ -27,11 +26,6 @@ fn item(s: &Stream) -> Value {
         "lastCheckedAt": s.last_checked_at.map(iso_ms),
         "uptimePct": s.uptime_pct,
     })
-}
-
-/// A JSON object body, or the contract's 400 keyed `body`.
-pub fn object(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
-    parse_object(body).map_err(|msg| ApiError::field("body", msg))
 }
 
 pub async fn create(

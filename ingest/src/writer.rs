@@ -187,7 +187,7 @@ async fn run(
                 in_flight.push(async move {
                     let (rows, acks) = batch;
                     let n = rows.len();
-                    let result = sink.write(&rows).await;
+                    let result = sink.write(rows).await;
                     (acks, result, n)
                 });
                 continue;
@@ -289,7 +289,7 @@ mod tests {
 
     #[async_trait]
     impl EventSink for MockSink {
-        async fn write(&self, rows: &[EventRow]) -> Result<(), SinkError> {
+        async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             if self.gated.swap(false, Ordering::SeqCst) {

@@ -23,7 +23,7 @@ fn keys(events: &[StoredEvent]) -> Vec<(i64, EventType)> {
 async fn stores_and_reads_back_events_in_ts_order(sink: Sink) {
     let mut rows = session_rows("u1", "s1", 0, 16);
     rows.reverse();
-    sink.write(&rows).await.expect("write");
+    sink.write(rows.clone()).await.expect("write");
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(events.len(), 16);
     assert!(events.windows(2).all(|w| w[0].ts_ms < w[1].ts_ms));
@@ -41,9 +41,9 @@ async fn stores_and_reads_back_events_in_ts_order(sink: Sink) {
 
 async fn repeated_batch_is_stored_once(sink: Sink) {
     let rows = session_rows("u1", "s1", 0, 50);
-    sink.write(&rows).await.expect("first");
-    sink.write(&rows).await.expect("second");
-    sink.write(&rows).await.expect("third");
+    sink.write(rows.clone()).await.expect("first");
+    sink.write(rows.clone()).await.expect("second");
+    sink.write(rows.clone()).await.expect("third");
     assert_eq!(
         sink.session_events("u1", "s1").await.expect("read").len(),
         50
@@ -56,8 +56,8 @@ async fn repeated_batch_is_stored_once(sink: Sink) {
 
 async fn overlapping_batches_store_each_key_once(sink: Sink) {
     let all = session_rows("u1", "s1", 0, 30);
-    sink.write(&all[0..20]).await.expect("a");
-    sink.write(&all[10..30]).await.expect("b");
+    sink.write(all[0..20].to_vec()).await.expect("a");
+    sink.write(all[10..30].to_vec()).await.expect("b");
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(events.len(), 30);
     assert_eq!(keys(&events), keys(&sink_rows_as_events(&all)));
@@ -76,10 +76,10 @@ fn sink_rows_as_events(rows: &[ingest::EventRow]) -> Vec<StoredEvent> {
 async fn first_stored_row_of_a_key_wins(sink: Sink) {
     let first = row("u1", "s1", 0, EventType::PlaybackPause, 1.0);
     let second = row("u1", "s1", 0, EventType::PlaybackPause, 2.0);
-    sink.write(std::slice::from_ref(&first))
+    sink.write(vec![first.clone()])
         .await
         .expect("first");
-    sink.write(std::slice::from_ref(&second))
+    sink.write(vec![second.clone()])
         .await
         .expect("second");
     let events = sink.session_events("u1", "s1").await.expect("read");
@@ -94,7 +94,7 @@ async fn duplicates_within_one_write_keep_the_first(sink: Sink) {
         row("u1", "s1", 0, EventType::RebufferEnd, 3.0),
         row("u1", "s1", 0, EventType::RebufferStart, 4.0),
     ];
-    sink.write(&rows).await.expect("write");
+    sink.write(rows.clone()).await.expect("write");
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(
         keys(&events),
@@ -111,7 +111,7 @@ async fn same_key_differing_only_in_type_is_kept(sink: Sink) {
         .iter()
         .map(|t| row("u1", "s1", 0, *t, 0.0))
         .collect();
-    sink.write(&rows).await.expect("write");
+    sink.write(rows.clone()).await.expect("write");
     let events = sink.session_events("u1", "s1").await.expect("read");
     let mut names: Vec<&str> = EventType::ALL.iter().map(|t| t.as_str()).collect();
     names.sort_unstable();
@@ -125,13 +125,13 @@ async fn same_key_differing_only_in_type_is_kept(sink: Sink) {
 }
 
 async fn owners_never_see_each_others_rows(sink: Sink) {
-    sink.write(&session_rows("alice", "shared", 0, 10))
+    sink.write(session_rows("alice", "shared", 0, 10))
         .await
         .expect("alice");
-    sink.write(&session_rows("bob", "shared", 0, 4))
+    sink.write(session_rows("bob", "shared", 0, 4))
         .await
         .expect("bob");
-    sink.write(&session_rows("bob", "bob-only", 0, 3))
+    sink.write(session_rows("bob", "bob-only", 0, 3))
         .await
         .expect("bob 2");
     assert_eq!(
@@ -163,19 +163,19 @@ async fn owners_never_see_each_others_rows(sink: Sink) {
 
 async fn summarises_sessions_newest_first(sink: Sink) {
     // s-old: 8 events from t=0 s; s-new: 20 events from t=100 s; s-mid: no playback_start.
-    sink.write(&session_rows("u1", "s-old", 0, 8))
+    sink.write(session_rows("u1", "s-old", 0, 8))
         .await
         .expect("old");
-    sink.write(&session_rows("u1", "s-new", 100, 20))
+    sink.write(session_rows("u1", "s-new", 100, 20))
         .await
         .expect("new");
     let mid = vec![
         row("u1", "s-mid", 50_000, EventType::PlaybackPause, 1.0),
         row("u1", "s-mid", 51_000, EventType::Error, 2.0),
     ];
-    sink.write(&mid).await.expect("mid");
+    sink.write(mid.clone()).await.expect("mid");
     // A later playback_start must not replace the earliest one's contentId.
-    sink.write(&[row("u1", "s-new", 500_000, EventType::PlaybackStart, 99.0)])
+    sink.write(vec![row("u1", "s-new", 500_000, EventType::PlaybackStart, 99.0)])
         .await
         .expect("late");
 
@@ -216,7 +216,7 @@ async fn summarises_sessions_newest_first(sink: Sink) {
 
 async fn sessions_with_equal_last_event_order_by_id(sink: Sink) {
     for s in ["b", "a", "c"] {
-        sink.write(&[row("u1", s, 0, EventType::PlaybackStart, 0.0)])
+        sink.write(vec![row("u1", s, 0, EventType::PlaybackStart, 0.0)])
             .await
             .expect("w");
     }
@@ -238,7 +238,7 @@ async fn round_trips_unicode_and_escapes(sink: Sink) {
         fatal: true,
     }
     .to_json();
-    sink.write(std::slice::from_ref(&r)).await.expect("write");
+    sink.write(vec![r.clone()]).await.expect("write");
     let events = sink.session_events("u1", "sess-é😀").await.expect("read");
     assert_eq!(events[0].payload, r.payload);
     let v = serde_json::to_value(&events[0]).expect("json");
@@ -250,7 +250,7 @@ async fn keeps_negative_and_far_timestamps(sink: Sink) {
     early.ts_ms = -62_167_219_200_000; // 0000-01-01
     let mut late = row("u1", "s1", 0, EventType::PlaybackResume, 0.0);
     late.ts_ms = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
-    sink.write(&[late.clone(), early.clone()])
+    sink.write(vec![late.clone(), early.clone()])
         .await
         .expect("write");
     let events = sink.session_events("u1", "s1").await.expect("read");
@@ -265,7 +265,7 @@ async fn writes_large_batches(sink: Sink) {
     for s in 0..500 {
         rows.extend(session_rows("u1", &format!("s{s:04}"), s, 50));
     }
-    sink.write(&rows).await.expect("write");
+    sink.write(rows.clone()).await.expect("write");
     let sessions = sink.sessions("u1", 1000).await.expect("sessions");
     assert_eq!(sessions.len(), 500);
     assert!(sessions.iter().all(|s| s.event_count == 50));
@@ -279,7 +279,7 @@ async fn writes_large_batches(sink: Sink) {
 }
 
 async fn empty_write_is_ok(sink: Sink) {
-    sink.write(&[]).await.expect("empty write");
+    sink.write(vec![]).await.expect("empty write");
     assert!(sink.sessions("u1", 10).await.expect("sessions").is_empty());
 }
 

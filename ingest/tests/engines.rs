@@ -68,8 +68,8 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
     for r in &mut second {
         r.payload = row("u1", "s1", 0, r.event_type, 1234.0).payload;
     }
-    sink.write(&first).await.expect("first");
-    sink.write(&second).await.expect("second");
+    sink.write(first.clone()).await.expect("first");
+    sink.write(second.clone()).await.expect("second");
     // Unmerged parts hold both copies; FINAL reads one, the first.
     assert_eq!(
         count(
@@ -129,7 +129,7 @@ async fn clickhouse_missing_table_is_permanent() {
         .await
         .expect("drop");
     let err = sink
-        .write(&session_rows("u1", "s1", 0, 3))
+        .write(session_rows("u1", "s1", 0, 3))
         .await
         .expect_err("no table");
     assert!(!err.is_retryable(), "{err}");
@@ -148,17 +148,10 @@ async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
         let sink = SqliteSink::open_in_dir(dir.path()).await.expect("open");
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-            .fetch_one(sink.pool())
-            .await
-            .expect("pragma");
+        let (mode, sync) = sink.write_settings().await.expect("pragmas");
         assert_eq!(mode, "wal");
-        let sync: i64 = sqlx::query_scalar("PRAGMA synchronous")
-            .fetch_one(sink.pool())
-            .await
-            .expect("pragma");
         assert_eq!(sync, 2, "FULL");
-        sink.write(&session_rows("u1", "s1", 0, 12))
+        sink.write(session_rows("u1", "s1", 0, 12))
             .await
             .expect("write");
         sink.close().await;

@@ -770,7 +770,7 @@ async fn direct(a: DirectArgs) -> Result<()> {
                 let Some(&(s, e)) = chunks.get(i) else {
                     return Ok::<(), ingest::SinkError>(());
                 };
-                sink.write(&rows[s..e]).await?;
+                sink.write(rows[s..e].to_vec()).await?;
             }
         }));
     }

@@ -321,7 +321,7 @@ fn first_wins_version(now_ms: u64, index: usize) -> u64 {
 
 #[async_trait]
 impl EventSink for ClickHouseSink {
-    async fn write(&self, rows: &[EventRow]) -> Result<(), SinkError> {
+    async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -338,7 +338,7 @@ impl EventSink for ClickHouseSink {
         // Rows go out in key order, so the server need not sort the block (about
         // 40% of its insert CPU on 18.16, docs/benchmarks.md); `ver` still follows
         // the submission order `i`, so the first submitted row of a key wins.
-        for i in super::key_order(rows) {
+        for i in super::key_order(&rows) {
             let r = &rows[i];
             let row = InsertRow {
                 owner: &r.owner,

@@ -139,7 +139,8 @@ impl Serialize for StoredEvent {
 pub trait EventSink: Send + Sync + 'static {
     /// Stores `rows`. When this returns `Ok`, the rows are durable (committed /
     /// acknowledged by the server). An `Err` means nothing may be assumed stored.
-    async fn write(&self, rows: &[EventRow]) -> Result<(), SinkError>;
+    /// Takes the rows by value so a sink can hand them to a blocking thread.
+    async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError>;
 
     /// The owner's most recent sessions (by last event time, newest first), at
     /// most `limit`.

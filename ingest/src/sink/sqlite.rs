@@ -1,16 +1,23 @@
 //! Embedded SQLite sink (the default when no ClickHouse is configured): its own
-//! database file, WAL journal, primary-key dedup with `INSERT OR IGNORE`, and
-//! multi-row inserts inside one transaction per write.
+//! database file, WAL journal, primary-key dedup with `INSERT OR IGNORE`, and one
+//! transaction per write.
+//!
+//! Writes go through `rusqlite` on one dedicated connection: the hot path binds
+//! each row into one prepared statement, with no per-statement hop to a worker
+//! thread and no SQL text built per write (through sqlx's async driver the sink
+//! spent about 4 µs of CPU per row; docs/benchmarks.md). Reads and their pool
+//! stay on sqlx, like every other query of the service.
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{QueryBuilder, Row, Sqlite};
+use rusqlite::{ErrorCode, TransactionBehavior};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::Row;
 
 use super::{EventSink, SessionSummary, SinkError, StoredEvent, TypeCounts};
 use crate::row::EventRow;
@@ -26,11 +33,25 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
     include_str!("../../../migrations/telemetry-sqlite/0001_telemetry_events.sql"),
 )];
 
-/// Rows per multi-row `INSERT`, largest first. A write is cut into chunks of these
-/// sizes only, so every statement it runs is one of five prepared (and cached)
-/// statements: no write pays for compiling a statement of a new size. 6 bind
-/// parameters per row stays far under SQLite's 32,766-parameter limit.
-const STATEMENT_SIZES: [usize; 5] = [256, 64, 16, 4, 1];
+/// The one statement of the write path, prepared once per connection.
+const INSERT_SQL: &str = "INSERT OR IGNORE INTO telemetry_events \
+     (owner, session_id, ts, type, payload, content_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// How long a statement waits for a lock held by another connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause of the checkpoint thread after each checkpoint, so that commits in a
+/// burst share one checkpoint (and one fsync of the database file).
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// WAL length (frames of 16 KiB, so 64 MiB) past which the checkpoint thread runs
+/// a RESTART checkpoint. Passive checkpoints never block a write, but under a
+/// write load without pauses they cannot make the next write start the WAL file
+/// from the beginning (that needs the whole WAL copied back *between* two
+/// commits), so the WAL would grow and every page lookup in it slow down. RESTART
+/// waits for the write in progress and holds the next one for as long as it takes
+/// to copy the few frames the passive checkpoints left.
+const WAL_RESTART_FRAMES: i64 = 4096;
 
 /// How hard a commit is pushed to disk before a write returns `Ok`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +67,15 @@ pub enum Durability {
     Normal,
 }
 
+impl Durability {
+    fn pragma_value(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        }
+    }
+}
+
 /// Options of [`SqliteSink::open_with`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SqliteOptions {
@@ -56,11 +86,14 @@ pub struct SqliteOptions {
 /// Telemetry storage in an embedded SQLite file.
 ///
 /// Writes go through one dedicated connection (SQLite has a single writer anyway,
-/// and one connection keeps its page cache warm across writes); reads use a
-/// separate small pool and never wait for a write (WAL).
+/// and one connection keeps its page cache and prepared statement warm across
+/// writes); reads use a separate small read-only pool and never wait for a write
+/// (WAL).
 #[derive(Debug, Clone)]
 pub struct SqliteSink {
-    writer: SqlitePool,
+    writer: Arc<Mutex<rusqlite::Connection>>,
+    /// Wakes the checkpoint thread after a commit (see [`checkpoint_loop`]).
+    checkpoints: SyncSender<()>,
     readers: SqlitePool,
 }
 
@@ -93,95 +126,220 @@ impl SqliteSink {
 
     /// Opens (creating if missing) the database file at `path` and applies migrations.
     pub async fn open_with(path: &Path, opts: SqliteOptions) -> Result<Self, SinkError> {
-        let synchronous = match opts.durability {
-            Durability::Full => SqliteSynchronous::Full,
-            Durability::Normal => SqliteSynchronous::Normal,
-        };
+        let owned = path.to_owned();
+        let (writer, checkpointer) = run_blocking(move || {
+            let writer = open_writer(&owned, opts.durability)?;
+            let checkpointer = rusqlite::Connection::open(&owned)?;
+            checkpointer.busy_timeout(BUSY_TIMEOUT)?;
+            checkpointer.execute_batch(&format!(
+                "PRAGMA synchronous = {}",
+                opts.durability.pragma_value()
+            ))?;
+            Ok((writer, checkpointer))
+        })
+        .await?;
+        let (checkpoints, wake) = sync_channel(1);
+        std::thread::Builder::new()
+            .name("sqlite-checkpoint".to_owned())
+            .spawn(move || checkpoint_loop(&checkpointer, &wake))
+            .map_err(|e| SinkError::Permanent(format!("cannot start checkpoint thread: {e}")))?;
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(map_err)?
             .filename(path)
-            .create_if_missing(true)
-            // 16 KiB pages: a shallower B-tree and fewer page splits per inserted
-            // row (about +20 % insert throughput measured, docs/benchmarks.md).
-            // Applies when the file is created; an existing file keeps its size.
-            .page_size(16384)
+            .read_only(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // Durability: a batch is acknowledged (204) only after COMMIT returns.
-            // In WAL mode, synchronous=NORMAL already survives a SIGKILL of this
-            // process (the committed WAL frames are in the OS page cache), but can
-            // lose the last commits on power loss or a kernel crash. FULL (the
-            // default) fsyncs the WAL at every commit, so an acknowledged batch
-            // survives those too. The group-commit writer makes that one fsync per
-            // gathered write, not one per request, so the cost stays small.
-            .synchronous(synchronous)
-            .busy_timeout(Duration::from_secs(10))
-            .pragma("temp_store", "memory")
-            .pragma("cache_size", "-65536")
-            // Checkpoint every ~64 MiB of WAL instead of every 4 MiB: a hot page
-            // rewritten by many commits is copied back to the database once.
-            .pragma("wal_autocheckpoint", "16384");
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await
-            .map_err(map_err)?;
+            .busy_timeout(BUSY_TIMEOUT)
+            .pragma("temp_store", "memory");
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
             .await
             .map_err(map_err)?;
-        let sink = Self { writer, readers };
-        sink.migrate().await?;
-        Ok(sink)
+        Ok(Self {
+            writer: Arc::new(Mutex::new(writer)),
+            checkpoints,
+            readers,
+        })
     }
 
-    /// The read pool, e.g. for analytics queries.
+    /// The read pool (read-only connections), e.g. for analytics queries.
     pub fn pool(&self) -> &SqlitePool {
         &self.readers
     }
 
-    /// Applies every embedded migration not yet recorded, each in its own transaction.
-    pub async fn migrate(&self) -> Result<(), SinkError> {
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS telemetry_migrations \
-             (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
-        )
-        .execute(&self.writer)
+    /// `journal_mode` and `synchronous` (0 off, 1 normal, 2 full, 3 extra) of the
+    /// write connection: what decides whether an acknowledged write is durable.
+    pub async fn write_settings(&self) -> Result<(String, i64), SinkError> {
+        self.with_writer(|conn| {
+            let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+            let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+            Ok((mode, sync))
+        })
         .await
-        .map_err(map_err)?;
-        for (version, name, sql) in MIGRATIONS {
-            let mut tx = self.writer.begin().await.map_err(map_err)?;
-            let done: Option<i64> =
-                sqlx::query_scalar("SELECT version FROM telemetry_migrations WHERE version = ?")
-                    .bind(version)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-            if done.is_some() {
-                continue;
-            }
-            sqlx::raw_sql(sql).execute(&mut *tx).await.map_err(|e| {
-                SinkError::Permanent(format!("sqlite migration {name} failed: {e}"))
-            })?;
-            sqlx::query(
-                "INSERT INTO telemetry_migrations (version, name, applied_at) \
-                 VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-            )
-            .bind(version)
-            .bind(name)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            tx.commit().await.map_err(map_err)?;
-            tracing::info!(migration = name, "applied telemetry sqlite migration");
-        }
-        Ok(())
     }
 
-    /// Closes both pools (the last connection checkpoints the WAL).
+    /// Closes the read pool and checkpoints the WAL into the database file.
     pub async fn close(&self) {
         self.readers.close().await;
-        self.writer.close().await;
+        let _ = self
+            .with_writer(|conn| conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"))
+            .await;
+    }
+
+    /// Runs `f` on the write connection on tokio's blocking pool.
+    async fn with_writer<T, F>(&self, f: F) -> Result<T, SinkError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let writer = self.writer.clone();
+        run_blocking(move || {
+            // A panic while holding the lock leaves the connection usable: an
+            // unfinished transaction was rolled back when it was dropped.
+            let mut conn = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut conn)
+        })
+        .await
+    }
+}
+
+/// Runs blocking SQLite work off the async threads.
+async fn run_blocking<T, F>(f: F) -> Result<T, SinkError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> rusqlite::Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SinkError::Retryable(format!("sqlite writer task failed: {e}")))?
+        .map_err(map_write_err)
+}
+
+/// Opens the write connection, sets the journal up and applies migrations.
+fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite::Connection> {
+    let mut conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // 16 KiB pages: a shallower B-tree and fewer page splits per inserted row
+    // (about +20 % insert throughput measured, docs/benchmarks.md). Applies only
+    // when the file is new, so it comes before the journal mode and any table.
+    conn.execute_batch("PRAGMA page_size = 16384")?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::InvalidParameterName(format!(
+            "journal_mode is {mode}, WAL required"
+        )));
+    }
+    // Durability: a batch is acknowledged (204) only after COMMIT returns. In WAL
+    // mode, synchronous=NORMAL already survives a SIGKILL of this process (the
+    // committed WAL frames are in the OS page cache), but can lose the last
+    // commits on power loss or a kernel crash. FULL (the default) fsyncs the WAL at
+    // every commit, so an acknowledged batch survives those too. The group-commit
+    // writer makes that one fsync per gathered write, not one per request.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {};
+         PRAGMA temp_store = memory;
+         PRAGMA cache_size = -65536;
+         -- Checkpoints run on their own thread (`checkpoint_loop`), not in the commit
+         -- of whichever write crosses the threshold. This backstop only acts if that
+         -- thread cannot keep up.
+         PRAGMA wal_autocheckpoint = 65536;",
+        durability.pragma_value()
+    ))?;
+    migrate(&mut conn)?;
+    Ok(conn)
+}
+
+/// Applies every embedded migration not yet recorded, each in its own transaction.
+fn migrate(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS telemetry_migrations \
+         (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+    )?;
+    for (version, name, sql) in MIGRATIONS {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let done: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM telemetry_migrations WHERE version = ?1)",
+            [version],
+            |r| r.get(0),
+        )?;
+        if done {
+            continue;
+        }
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO telemetry_migrations (version, name, applied_at) \
+             VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            rusqlite::params![version, name],
+        )?;
+        tx.commit()?;
+        tracing::info!(migration = name, "applied telemetry sqlite migration");
+    }
+    Ok(())
+}
+
+/// Copies committed WAL frames back into the database file, off the write path:
+/// woken after commits, it runs a passive checkpoint (which never blocks a write)
+/// and, when the WAL has grown past [`WAL_RESTART_FRAMES`] anyway, a RESTART one.
+/// Ends when the sink is dropped.
+fn checkpoint_loop(conn: &rusqlite::Connection, wake: &Receiver<()>) {
+    let checkpoint = |mode: &str| -> rusqlite::Result<i64> {
+        // Columns: busy, frames in the WAL, frames checkpointed.
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))
+    };
+    while wake.recv().is_ok() {
+        let result = match checkpoint("PASSIVE") {
+            Ok(frames) if frames >= WAL_RESTART_FRAMES => checkpoint("RESTART").map(|_| ()),
+            other => other.map(|_| ()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "sqlite checkpoint failed");
+        }
+        std::thread::sleep(CHECKPOINT_INTERVAL);
+    }
+}
+
+/// Inserts `rows` in one transaction; durable once it returns `Ok`.
+fn write_rows(conn: &mut rusqlite::Connection, rows: &[EventRow]) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let mut insert = tx.prepare_cached(INSERT_SQL)?;
+        // Insert in key order: consecutive rows land in the same B-tree leaf, so
+        // a write touches (and journals) each page once. The order is stable, so
+        // among rows with the same key the first submitted is inserted first and
+        // wins (INSERT OR IGNORE), exactly as in submission order.
+        for i in super::key_order(rows) {
+            let r = &rows[i];
+            insert.execute(rusqlite::params![
+                &*r.owner,
+                &*r.session_id,
+                r.ts_ms,
+                r.event_type.as_str(),
+                r.payload,
+                r.content_id,
+            ])?;
+        }
+    }
+    // Durable once COMMIT returns (WAL + synchronous=FULL, see `open_writer`).
+    // On any error above, dropping `tx` rolls the whole write back.
+    tx.commit()
+}
+
+/// Classifies a rusqlite error as retryable or permanent.
+fn map_write_err(e: rusqlite::Error) -> SinkError {
+    let retryable = matches!(
+        e.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::DiskFull
+        )
+    );
+    let msg = format!("sqlite: {e}");
+    if retryable {
+        SinkError::Retryable(msg)
+    } else {
+        SinkError::Permanent(msg)
     }
 }
 
@@ -207,43 +365,14 @@ fn map_err(e: sqlx::Error) -> SinkError {
 
 #[async_trait]
 impl EventSink for SqliteSink {
-    async fn write(&self, rows: &[EventRow]) -> Result<(), SinkError> {
+    async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
         if rows.is_empty() {
             return Ok(());
         }
-        // Insert in key order: consecutive rows land in the same B-tree leaf, so
-        // a write touches (and journals) each page once. The order is stable, so
-        // among rows with the same key the first submitted is inserted first and
-        // wins (INSERT OR IGNORE), exactly as in submission order.
-        let order: Vec<&EventRow> = super::key_order(rows)
-            .into_iter()
-            .map(|i| &rows[i])
-            .collect();
-        let mut tx = self.writer.begin().await.map_err(map_err)?;
-        let mut rest = &order[..];
-        while !rest.is_empty() {
-            let size = STATEMENT_SIZES
-                .into_iter()
-                .find(|&n| n <= rest.len())
-                .unwrap_or(1);
-            let (chunk, tail) = rest.split_at(size);
-            rest = tail;
-            let mut qb: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
-                "INSERT OR IGNORE INTO telemetry_events \
-                 (owner, session_id, ts, type, payload, content_id) ",
-            );
-            qb.push_values(chunk.iter().copied(), |mut b, r| {
-                b.push_bind(&*r.owner)
-                    .push_bind(&*r.session_id)
-                    .push_bind(r.ts_ms)
-                    .push_bind(r.event_type.as_str())
-                    .push_bind(r.payload.as_str())
-                    .push_bind(r.content_id.as_str());
-            });
-            qb.build().execute(&mut *tx).await.map_err(map_err)?;
-        }
-        // Durable once COMMIT returns (WAL + synchronous=FULL, see `open`).
-        tx.commit().await.map_err(map_err)
+        self.with_writer(move |conn| write_rows(conn, &rows)).await?;
+        // A checkpoint is already due when the channel is full.
+        let _ = self.checkpoints.try_send(());
+        Ok(())
     }
 
     async fn sessions(&self, owner: &str, limit: u32) -> Result<Vec<SessionSummary>, SinkError> {

@@ -12,10 +12,21 @@
 # generated rows into ClickHouse through the sink (`loadgen direct`, 10,000-row
 # inserts) and prints HTTP events/s ÷ direct rows/s. One summary table at the end.
 #
+# Deleted files slow ClickHouse down here: this machine's root file system is ext4
+# without a journal, and there ext4 skips every inode freed in the last 1-6 minutes
+# when it creates a file, looking each one up (kernel `recently_deleted`). A
+# ClickHouse insert or merge creates ~15 files per part, so after a DROP DATABASE of
+# a few million rows its CPU per event doubles for minutes (perf: 40 % of its time
+# in `recently_deleted`/`find_get_block_common`). So this script deletes nothing
+# until every measurement is done, and waits until 6 minutes after the previous
+# run's drop (stamp file below) before measuring; WAIT_FOR_FS=0 skips the wait.
+# Anything else that drops ClickHouse data (the test suite) has the same effect.
+#
 # Usage: bench/ingest.sh [duration-seconds]          (default 20)
 # Env:   CONNECTIONS (256), BATCH (50), SINKS ("sqlite clickhouse"),
 #        CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18080),
-#        CARGO_TARGET_DIR (target), SKIP_BUILD=1 to reuse existing binaries.
+#        CARGO_TARGET_DIR (target), SKIP_BUILD=1 to reuse existing binaries,
+#        WAIT_FOR_FS=0 to start at once.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -47,18 +58,36 @@ ch_sql() { curl -sf "$CH_URL/" --data-binary "$1"; }
 
 SERVER_PID=""
 RSS_PID=""
+DROP_DBS=""
+DROP_STAMP=/tmp/streamwatch-bench-ch-drop
+# Drops this run's ClickHouse databases once everything is measured.
+drop_databases() {
+    [ -z "$DROP_DBS" ] && return 0
+    for db in $DROP_DBS; do ch_sql "DROP DATABASE IF EXISTS $db" >/dev/null || true; done
+    date +%s >"$DROP_STAMP"
+    DROP_DBS=""
+}
 cleanup() {
     [ -n "$RSS_PID" ] && kill "$RSS_PID" 2>/dev/null || true
     [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+    drop_databases
 }
 trap cleanup EXIT
+
+if [ "${WAIT_FOR_FS:-1}" = 1 ] && [ -r "$DROP_STAMP" ]; then
+    wait_s=$(( $(cat "$DROP_STAMP") + 360 - $(date +%s) ))
+    if [ "$wait_s" -gt 0 ]; then
+        echo "waiting ${wait_s} s: the previous run dropped ClickHouse data (see the header)"
+        sleep "$wait_s"
+    fi
+fi
 
 start_server() { # $1 = sink
     local dir="$OUT/$1"
     mkdir -p "$dir/data"
     if [ "$1" = clickhouse ]; then
         CH_DB="bench_ingest_$$"
-        ch_sql "DROP DATABASE IF EXISTS $CH_DB" >/dev/null
+        DROP_DBS="$DROP_DBS $CH_DB"
         env -u DATABASE_URL CLICKHOUSE_URL="$CH_URL" CLICKHOUSE_DATABASE="$CH_DB" \
             STREAMWATCH_LISTEN="127.0.0.1:$PORT" STREAMWATCH_DATA_DIR="$dir/data" \
             STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn "$SERVER" serve >"$dir/server.log" 2>&1 &
@@ -129,18 +158,20 @@ print('server %.2f, clickhouse %.2f, loadgen %.2f, other %.2f (cores)' % (srv, c
     kill "$RSS_PID" 2>/dev/null || true; wait "$RSS_PID" 2>/dev/null || true; RSS_PID=""
     R[$sink.rss]="$(awk '{printf "%.0f", $1/1024}' "$OUT/$sink/rss")"
     kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
-    [ "$sink" = clickhouse ] && ch_sql "DROP DATABASE IF EXISTS $CH_DB" >/dev/null
+    rm -rf "$OUT/$sink/data" # the SQLite file is ~1 GB; the figures stay in $OUT
 done
 
 echo "=== direct bulk insert into ClickHouse through the sink (same generator) ==="
 ROWS=1000000
 c0="$(cpu_of "$CH_PID")"
+DROP_DBS="$DROP_DBS bench_direct_$$"
 "$LOADGEN" direct --sink clickhouse --clickhouse-url "$CH_URL" --rows "$ROWS" \
-    --batch-rows 10000 --database "bench_direct_$$" --json | tee "$OUT/direct.txt"
+    --batch-rows 10000 --database "bench_direct_$$" --keep --json | tee "$OUT/direct.txt"
 DIRECT="$(json "['rows_per_s']" <"$OUT/direct.txt")"
 sleep 3 # let the merges the inserts triggered run, they are part of the cost
 c1="$(cpu_of "$CH_PID")"
 CH_US_PER_ROW="$(python3 -c "print('%.2f' % (($c1 - $c0) * 1e6 / $ROWS))")"
+drop_databases
 
 echo
 echo "summary: $(date -u +%FT%TZ), $(nproc) cores, loadgen on the same machine, ${CONNECTIONS} connections, batches of ${BATCH}, ${DURATION} s per run; load after: $(cut -d' ' -f1-3 /proc/loadavg)"

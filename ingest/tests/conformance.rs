@@ -76,12 +76,8 @@ fn sink_rows_as_events(rows: &[ingest::EventRow]) -> Vec<StoredEvent> {
 async fn first_stored_row_of_a_key_wins(sink: Sink) {
     let first = row("u1", "s1", 0, EventType::PlaybackPause, 1.0);
     let second = row("u1", "s1", 0, EventType::PlaybackPause, 2.0);
-    sink.write(vec![first.clone()])
-        .await
-        .expect("first");
-    sink.write(vec![second.clone()])
-        .await
-        .expect("second");
+    sink.write(vec![first.clone()]).await.expect("first");
+    sink.write(vec![second.clone()]).await.expect("second");
     let events = sink.session_events("u1", "s1").await.expect("read");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, first.payload);
@@ -175,9 +171,15 @@ async fn summarises_sessions_newest_first(sink: Sink) {
     ];
     sink.write(mid.clone()).await.expect("mid");
     // A later playback_start must not replace the earliest one's contentId.
-    sink.write(vec![row("u1", "s-new", 500_000, EventType::PlaybackStart, 99.0)])
-        .await
-        .expect("late");
+    sink.write(vec![row(
+        "u1",
+        "s-new",
+        500_000,
+        EventType::PlaybackStart,
+        99.0,
+    )])
+    .await
+    .expect("late");
 
     let sessions = sink.sessions("u1", 10).await.expect("sessions");
     let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();

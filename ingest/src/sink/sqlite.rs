@@ -40,18 +40,14 @@ const INSERT_SQL: &str = "INSERT OR IGNORE INTO telemetry_events \
 /// How long a statement waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Pause of the checkpoint thread after each checkpoint, so that commits in a
-/// burst share one checkpoint (and one fsync of the database file).
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
-
-/// WAL length (frames of 16 KiB, so 64 MiB) past which the checkpoint thread runs
-/// a RESTART checkpoint. Passive checkpoints never block a write, but under a
-/// write load without pauses they cannot make the next write start the WAL file
-/// from the beginning (that needs the whole WAL copied back *between* two
-/// commits), so the WAL would grow and every page lookup in it slow down. RESTART
-/// waits for the write in progress and holds the next one for as long as it takes
-/// to copy the few frames the passive checkpoints left.
-const WAL_RESTART_FRAMES: i64 = 4096;
+/// WAL length (frames of 4 KiB pages, so 256 MiB) past which the checkpoint
+/// thread runs a RESTART checkpoint. Passive checkpoints never block a write, and
+/// when one finishes before the next write begins, that write starts the WAL file
+/// from the beginning again. A writer busy without a pause never leaves such a
+/// gap, so the WAL file would grow without bound; RESTART waits for the write in
+/// progress and holds the next one while it copies the few frames the passive
+/// checkpoints left (measured: about 25 ms, once every 20 s or more at full load).
+const WAL_RESTART_FRAMES: i64 = 65_536;
 
 /// How hard a commit is pushed to disk before a write returns `Ok`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,7 +126,7 @@ impl SqliteSink {
         let (writer, checkpointer) = run_blocking(move || {
             let writer = open_writer(&owned, opts.durability)?;
             let checkpointer = rusqlite::Connection::open(&owned)?;
-            checkpointer.busy_timeout(BUSY_TIMEOUT)?;
+            checkpointer.busy_handler(Some(wait_for_lock))?;
             checkpointer.execute_batch(&format!(
                 "PRAGMA synchronous = {}",
                 opts.durability.pragma_value()
@@ -196,7 +192,9 @@ impl SqliteSink {
         run_blocking(move || {
             // A panic while holding the lock leaves the connection usable: an
             // unfinished transaction was rolled back when it was dropped.
-            let mut conn = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut conn = writer
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             f(&mut conn)
         })
         .await
@@ -218,16 +216,18 @@ where
 /// Opens the write connection, sets the journal up and applies migrations.
 fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite::Connection> {
     let mut conn = rusqlite::Connection::open(path)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    // 16 KiB pages: a shallower B-tree and fewer page splits per inserted row
-    // (about +20 % insert throughput measured, docs/benchmarks.md). Applies only
-    // when the file is new, so it comes before the journal mode and any table.
-    conn.execute_batch("PRAGMA page_size = 16384")?;
+    conn.busy_handler(Some(wait_for_lock))?;
+    // SQLite's default 4 KiB pages. A commit writes every page it touched to the
+    // WAL, and with rows clustered by session a commit touches about one leaf page
+    // per session in it: WAL volume is proportional to the page size. With 16 KiB
+    // pages the WAL grew by ~190 MB/s at 117k events/s, and the checkpoints that
+    // volume needs put p99 latency over 50 ms (docs/benchmarks.md).
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(rusqlite::Error::InvalidParameterName(format!(
-            "journal_mode is {mode}, WAL required"
-        )));
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!("journal_mode is {mode}, WAL required")),
+        ));
     }
     // Durability: a batch is acknowledged (204) only after COMMIT returns. In WAL
     // mode, synchronous=NORMAL already survives a SIGKILL of this process (the
@@ -240,9 +240,9 @@ fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite
          PRAGMA temp_store = memory;
          PRAGMA cache_size = -65536;
          -- Checkpoints run on their own thread (`checkpoint_loop`), not in the commit
-         -- of whichever write crosses the threshold. This backstop only acts if that
-         -- thread cannot keep up.
-         PRAGMA wal_autocheckpoint = 65536;",
+         -- of whichever write crosses the threshold. This backstop (1 GiB) only acts
+         -- if that thread cannot keep up.
+         PRAGMA wal_autocheckpoint = 262144;",
         durability.pragma_value()
     ))?;
     migrate(&mut conn)?;
@@ -278,9 +278,12 @@ fn migrate(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
 }
 
 /// Copies committed WAL frames back into the database file, off the write path:
-/// woken after commits, it runs a passive checkpoint (which never blocks a write)
-/// and, when the WAL has grown past [`WAL_RESTART_FRAMES`] anyway, a RESTART one.
-/// Ends when the sink is dropped.
+/// woken after each commit (commits made during a checkpoint share the next one),
+/// it runs a passive checkpoint, which never blocks a write, and, when the WAL has
+/// grown past [`WAL_RESTART_FRAMES`] anyway, a RESTART one. Checkpointing at once
+/// rather than every 100 ms or 1 s keeps the WAL short, so most writes restart it
+/// and its fsyncs stay small: p99 at half the peak rate 8-11 ms instead of 36-59
+/// ms (docs/benchmarks.md). Ends when the sink is dropped.
 fn checkpoint_loop(conn: &rusqlite::Connection, wake: &Receiver<()>) {
     let checkpoint = |mode: &str| -> rusqlite::Result<i64> {
         // Columns: busy, frames in the WAL, frames checkpointed.
@@ -294,8 +297,16 @@ fn checkpoint_loop(conn: &rusqlite::Connection, wake: &Receiver<()>) {
         if let Err(e) = result {
             tracing::warn!(error = %e, "sqlite checkpoint failed");
         }
-        std::thread::sleep(CHECKPOINT_INTERVAL);
     }
+}
+
+/// Busy handler of the write and checkpoint connections: retry every millisecond,
+/// for up to about [`BUSY_TIMEOUT`]. SQLite's own handler backs off to 100 ms
+/// sleeps, so a write held by a RESTART checkpoint waited up to tens of ms after
+/// the checkpoint had ended.
+fn wait_for_lock(attempt: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    u128::from(attempt.unsigned_abs()) < BUSY_TIMEOUT.as_millis()
 }
 
 /// Inserts `rows` in one transaction; durable once it returns `Ok`.
@@ -369,7 +380,8 @@ impl EventSink for SqliteSink {
         if rows.is_empty() {
             return Ok(());
         }
-        self.with_writer(move |conn| write_rows(conn, &rows)).await?;
+        self.with_writer(move |conn| write_rows(conn, &rows))
+            .await?;
         // A checkpoint is already due when the channel is full.
         let _ = self.checkpoints.try_send(());
         Ok(())

@@ -169,6 +169,36 @@ async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
     assert_eq!(migrations, 1);
 }
 
+/// Committed rows reach the database file without any write paying for it: the
+/// checkpoint thread copies WAL frames back after commits. (SQLite's own
+/// auto-checkpoint is set to 1 GiB, far beyond this test, so only that thread can
+/// make the file grow.)
+#[tokio::test]
+async fn sqlite_checkpoints_committed_rows_off_the_write_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SqliteSink::open_in_dir(dir.path()).await.expect("open");
+    let db = dir.path().join("telemetry.db");
+    let before = std::fs::metadata(&db).expect("db file").len();
+    for i in 0..20 {
+        sink.write(session_rows("u1", &format!("s{i}"), 0, 200))
+            .await
+            .expect("write");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = std::fs::metadata(&db).expect("db file").len();
+        if now > before + 256 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "database file still {now} bytes (was {before}): nothing checkpointed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(sink.sessions("u1", 100).await.expect("sessions").len(), 20);
+}
+
 #[tokio::test]
 async fn sqlite_unopenable_path_is_an_error() {
     let err = SqliteSink::open(std::path::Path::new("/proc/definitely/not/here.db"))

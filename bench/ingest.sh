@@ -16,8 +16,8 @@
 # without a journal, and there ext4 skips every inode freed in the last 1-6 minutes
 # when it creates a file, looking each one up (kernel `recently_deleted`). A
 # ClickHouse insert or merge creates ~15 files per part, so after a DROP DATABASE of
-# a few million rows its CPU per event doubles for minutes (perf: 40 % of its time
-# in `recently_deleted`/`find_get_block_common`). So this script deletes nothing
+# a few million rows its CPU per event doubles for minutes (perf: 46 % of its
+# samples in `recently_deleted` and the lookups it makes). So this script deletes nothing
 # until every measurement is done, and waits until 6 minutes after the previous
 # run's drop (stamp file below) before measuring; WAIT_FOR_FS=0 skips the wait.
 # Anything else that drops ClickHouse data (the test suite) has the same effect.

@@ -10,9 +10,10 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::{ErrorCode, TransactionBehavior};
@@ -37,17 +38,42 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
 const INSERT_SQL: &str = "INSERT OR IGNORE INTO telemetry_events \
      (owner, session_id, ts, type, payload, content_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
-/// How long a statement waits for a lock held by another connection.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Page size of new files: SQLite's default, set explicitly. A commit writes every
+/// page it touched to the WAL, and with rows clustered by session a commit touches
+/// about one leaf page per session in it, so WAL volume is proportional to the
+/// page size. With 16 KiB pages the WAL grew by ~190 MB/s at 117k events/s, and
+/// the checkpoints that volume needs put p99 latency over 50 ms
+/// (docs/benchmarks.md). An existing file keeps the page size it was created with.
+const PAGE_SIZE: u32 = 4096;
 
-/// WAL length (frames of 4 KiB pages, so 256 MiB) past which the checkpoint
-/// thread runs a RESTART checkpoint. Passive checkpoints never block a write, and
-/// when one finishes before the next write begins, that write starts the WAL file
-/// from the beginning again. A writer busy without a pause never leaves such a
-/// gap, so the WAL file would grow without bound; RESTART waits for the write in
-/// progress and holds the next one while it copies the few frames the passive
-/// checkpoints left (measured: about 25 ms, once every 20 s or more at full load).
-const WAL_RESTART_FRAMES: i64 = 65_536;
+/// How long a write waits for a lock held by another connection (in 1 ms polls,
+/// see [`wait_for_write_lock`]).
+const WRITE_BUSY_POLLS: i32 = 10_000;
+
+/// How long a RESTART checkpoint waits for the write in progress and for readers
+/// of older snapshots (1 ms polls). It holds new writes while it waits, so it
+/// gives up early (SQLite then reports it busy) and is tried again later.
+const RESTART_BUSY_POLLS: i32 = 50;
+
+/// Pause after a RESTART checkpoint that gave up, during which only passive
+/// checkpoints run (a long read would otherwise make every commit wait 50 ms).
+const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long a reader waits for a lock.
+const READ_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// WAL size past which the checkpoint thread runs a RESTART checkpoint. Passive
+/// checkpoints never block a write, and when one finishes before the next write
+/// begins, that write starts the WAL file from the beginning again. A writer busy
+/// without a pause never leaves such a gap, so the WAL file would grow without
+/// bound; RESTART waits for the write in progress and holds the next one while it
+/// copies the few frames the passive checkpoints left (measured: about 25 ms, once
+/// every 20 s or more at full load, with no reads running; at most ~50 ms).
+const WAL_RESTART_BYTES: i64 = 256 << 20;
+
+/// WAL size at which SQLite's own auto-checkpoint (in the committing write) would
+/// run: a backstop that only acts if the checkpoint thread cannot keep up.
+const WAL_AUTOCHECKPOINT_BYTES: i64 = 1 << 30;
 
 /// How hard a commit is pushed to disk before a write returns `Ok`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,6 +116,8 @@ pub struct SqliteSink {
     writer: Arc<Mutex<rusqlite::Connection>>,
     /// Wakes the checkpoint thread after a commit (see [`checkpoint_loop`]).
     checkpoints: SyncSender<()>,
+    /// Set once a commit found the checkpoint thread gone (logged once).
+    checkpointer_gone: Arc<AtomicBool>,
     readers: SqlitePool,
 }
 
@@ -126,14 +154,17 @@ impl SqliteSink {
         let (writer, checkpointer) = run_blocking(move || {
             let writer = open_writer(&owned, opts.durability)?;
             let checkpointer = rusqlite::Connection::open(&owned)?;
-            checkpointer.busy_handler(Some(wait_for_lock))?;
+            checkpointer.busy_handler(Some(wait_for_checkpoint))?;
+            // The checkpoint fsyncs the database file before the WAL may be
+            // started over (FULL or NORMAL; never OFF, which could lose rows).
             checkpointer.execute_batch(&format!(
                 "PRAGMA synchronous = {}",
                 opts.durability.pragma_value()
             ))?;
             Ok((writer, checkpointer))
         })
-        .await?;
+        .await
+        .map_err(|e| SinkError::Permanent(format!("cannot open {}: {e}", path.display())))?;
         let (checkpoints, wake) = sync_channel(1);
         std::thread::Builder::new()
             .name("sqlite-checkpoint".to_owned())
@@ -144,7 +175,7 @@ impl SqliteSink {
             .filename(path)
             .read_only(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(BUSY_TIMEOUT)
+            .busy_timeout(READ_BUSY_TIMEOUT)
             .pragma("temp_store", "memory");
         let readers = SqlitePoolOptions::new()
             .max_connections(4)
@@ -154,6 +185,7 @@ impl SqliteSink {
         Ok(Self {
             writer: Arc::new(Mutex::new(writer)),
             checkpoints,
+            checkpointer_gone: Arc::new(AtomicBool::new(false)),
             readers,
         })
     }
@@ -174,7 +206,9 @@ impl SqliteSink {
         .await
     }
 
-    /// Closes the read pool and checkpoints the WAL into the database file.
+    /// Closes the read pool and copies the whole WAL back into the database file
+    /// (truncating it). The write connection and the checkpoint thread end when the
+    /// last clone of the sink is dropped.
     pub async fn close(&self) {
         self.readers.close().await;
         let _ = self
@@ -207,21 +241,20 @@ where
     T: Send + 'static,
     F: FnOnce() -> rusqlite::Result<T> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| SinkError::Retryable(format!("sqlite writer task failed: {e}")))?
-        .map_err(map_write_err)
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(map_write_err),
+        // A panic is a bug: retrying the same rows would hit it again.
+        Err(e) if e.is_panic() => Err(SinkError::Permanent(format!("sqlite task panicked: {e}"))),
+        Err(e) => Err(SinkError::Retryable(format!("sqlite task cancelled: {e}"))),
+    }
 }
 
 /// Opens the write connection, sets the journal up and applies migrations.
 fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite::Connection> {
     let mut conn = rusqlite::Connection::open(path)?;
-    conn.busy_handler(Some(wait_for_lock))?;
-    // SQLite's default 4 KiB pages. A commit writes every page it touched to the
-    // WAL, and with rows clustered by session a commit touches about one leaf page
-    // per session in it: WAL volume is proportional to the page size. With 16 KiB
-    // pages the WAL grew by ~190 MB/s at 117k events/s, and the checkpoints that
-    // volume needs put p99 latency over 50 ms (docs/benchmarks.md).
+    conn.busy_handler(Some(wait_for_write_lock))?;
+    // Only takes effect on a new file, so before the journal mode and any table.
+    conn.execute_batch(&format!("PRAGMA page_size = {PAGE_SIZE}"))?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(rusqlite::Error::SqliteFailure(
@@ -235,15 +268,17 @@ fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite
     // commits on power loss or a kernel crash. FULL (the default) fsyncs the WAL at
     // every commit, so an acknowledged batch survives those too. The group-commit
     // writer makes that one fsync per gathered write, not one per request.
+    // Checkpoints run on their own thread (`checkpoint_loop`), not in the commit
+    // of whichever write crosses SQLite's auto-checkpoint threshold; that threshold
+    // is moved out of the way to a backstop.
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     conn.execute_batch(&format!(
         "PRAGMA synchronous = {};
          PRAGMA temp_store = memory;
          PRAGMA cache_size = -65536;
-         -- Checkpoints run on their own thread (`checkpoint_loop`), not in the commit
-         -- of whichever write crosses the threshold. This backstop (1 GiB) only acts
-         -- if that thread cannot keep up.
-         PRAGMA wal_autocheckpoint = 262144;",
-        durability.pragma_value()
+         PRAGMA wal_autocheckpoint = {};",
+        durability.pragma_value(),
+        WAL_AUTOCHECKPOINT_BYTES / page_size.max(512)
     ))?;
     migrate(&mut conn)?;
     Ok(conn)
@@ -280,33 +315,66 @@ fn migrate(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
 /// Copies committed WAL frames back into the database file, off the write path:
 /// woken after each commit (commits made during a checkpoint share the next one),
 /// it runs a passive checkpoint, which never blocks a write, and, when the WAL has
-/// grown past [`WAL_RESTART_FRAMES`] anyway, a RESTART one. Checkpointing at once
+/// grown past [`WAL_RESTART_BYTES`] anyway, a RESTART one. Checkpointing at once
 /// rather than every 100 ms or 1 s keeps the WAL short, so most writes restart it
 /// and its fsyncs stay small: p99 at half the peak rate 8-11 ms instead of 36-59
 /// ms (docs/benchmarks.md). Ends when the sink is dropped.
 fn checkpoint_loop(conn: &rusqlite::Connection, wake: &Receiver<()>) {
-    let checkpoint = |mode: &str| -> rusqlite::Result<i64> {
-        // Columns: busy, frames in the WAL, frames checkpointed.
-        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))
+    // Columns: busy, frames in the WAL, frames checkpointed.
+    let checkpoint = |mode: &str| -> rusqlite::Result<(bool, i64)> {
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            Ok((r.get::<_, i64>(0)? != 0, r.get(1)?))
+        })
     };
+    let restart_frames = match conn.query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0)) {
+        Ok(page_size) => WAL_RESTART_BYTES / page_size.max(512),
+        Err(e) => {
+            tracing::warn!(error = %e, "sqlite page size unknown; assuming 4 KiB");
+            WAL_RESTART_BYTES / i64::from(PAGE_SIZE)
+        }
+    };
+    let mut restart_not_before = Instant::now();
     while wake.recv().is_ok() {
-        let result = match checkpoint("PASSIVE") {
-            Ok(frames) if frames >= WAL_RESTART_FRAMES => checkpoint("RESTART").map(|_| ()),
-            other => other.map(|_| ()),
+        let frames = match checkpoint("PASSIVE") {
+            Ok((_, frames)) => frames,
+            Err(e) => {
+                tracing::warn!(error = %e, "sqlite checkpoint failed");
+                continue;
+            }
         };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "sqlite checkpoint failed");
+        if frames < restart_frames || Instant::now() < restart_not_before {
+            continue;
+        }
+        match checkpoint("RESTART") {
+            Ok((false, _)) => {}
+            // A write or a read of an older snapshot outlasted the wait: the WAL
+            // stays as it is until a later attempt.
+            Ok((true, _)) => {
+                tracing::debug!(frames, "sqlite RESTART checkpoint busy; retrying later");
+                restart_not_before = Instant::now() + RESTART_BACKOFF;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sqlite checkpoint failed");
+                restart_not_before = Instant::now() + RESTART_BACKOFF;
+            }
         }
     }
 }
 
-/// Busy handler of the write and checkpoint connections: retry every millisecond,
-/// for up to about [`BUSY_TIMEOUT`]. SQLite's own handler backs off to 100 ms
-/// sleeps, so a write held by a RESTART checkpoint waited up to tens of ms after
-/// the checkpoint had ended.
-fn wait_for_lock(attempt: i32) -> bool {
+/// Busy handler of the write connection: retry every millisecond, up to
+/// [`WRITE_BUSY_POLLS`] times. SQLite's own handler backs off to 100 ms sleeps,
+/// so a write held by a RESTART checkpoint waited up to tens of ms after the
+/// checkpoint had ended.
+fn wait_for_write_lock(attempt: i32) -> bool {
     std::thread::sleep(Duration::from_millis(1));
-    u128::from(attempt.unsigned_abs()) < BUSY_TIMEOUT.as_millis()
+    attempt < WRITE_BUSY_POLLS
+}
+
+/// Busy handler of the checkpoint connection: 1 ms polls, up to
+/// [`RESTART_BUSY_POLLS`] times (only RESTART waits; PASSIVE never does).
+fn wait_for_checkpoint(attempt: i32) -> bool {
+    std::thread::sleep(Duration::from_millis(1));
+    attempt < RESTART_BUSY_POLLS
 }
 
 /// Inserts `rows` in one transaction; durable once it returns `Ok`.
@@ -382,8 +450,15 @@ impl EventSink for SqliteSink {
         }
         self.with_writer(move |conn| write_rows(conn, &rows))
             .await?;
-        // A checkpoint is already due when the channel is full.
-        let _ = self.checkpoints.try_send(());
+        // A full channel means a checkpoint is already due. Should the thread be
+        // gone, SQLite's auto-checkpoint backstop still bounds the WAL; say so once.
+        if let Err(TrySendError::Disconnected(())) = self.checkpoints.try_send(()) {
+            if !self.checkpointer_gone.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    "sqlite checkpoint thread is gone; checkpoints now run in commits past 1 GiB of WAL"
+                );
+            }
+        }
         Ok(())
     }
 

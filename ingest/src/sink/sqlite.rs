@@ -151,8 +151,8 @@ impl SqliteSink {
     /// Opens (creating if missing) the database file at `path` and applies migrations.
     pub async fn open_with(path: &Path, opts: SqliteOptions) -> Result<Self, SinkError> {
         let owned = path.to_owned();
-        let (writer, checkpointer) = run_blocking(move || {
-            let writer = open_writer(&owned, opts.durability)?;
+        let (writer, page_size, checkpointer) = run_blocking(move || {
+            let (writer, page_size) = open_writer(&owned, opts.durability)?;
             let checkpointer = rusqlite::Connection::open(&owned)?;
             checkpointer.busy_handler(Some(wait_for_checkpoint))?;
             // The checkpoint fsyncs the database file before the WAL may be
@@ -161,14 +161,14 @@ impl SqliteSink {
                 "PRAGMA synchronous = {}",
                 opts.durability.pragma_value()
             ))?;
-            Ok((writer, checkpointer))
+            Ok((writer, page_size, checkpointer))
         })
         .await
         .map_err(|e| SinkError::Permanent(format!("cannot open {}: {e}", path.display())))?;
         let (checkpoints, wake) = sync_channel(1);
         std::thread::Builder::new()
             .name("sqlite-checkpoint".to_owned())
-            .spawn(move || checkpoint_loop(&checkpointer, &wake))
+            .spawn(move || checkpoint_loop(&checkpointer, WAL_RESTART_BYTES / page_size, &wake))
             .map_err(|e| SinkError::Permanent(format!("cannot start checkpoint thread: {e}")))?;
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(map_err)?
@@ -250,7 +250,11 @@ where
 }
 
 /// Opens the write connection, sets the journal up and applies migrations.
-fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite::Connection> {
+/// Returns the connection and the file's page size.
+fn open_writer(
+    path: &Path,
+    durability: Durability,
+) -> rusqlite::Result<(rusqlite::Connection, i64)> {
     let mut conn = rusqlite::Connection::open(path)?;
     conn.busy_handler(Some(wait_for_write_lock))?;
     // Only takes effect on a new file, so before the journal mode and any table.
@@ -278,10 +282,10 @@ fn open_writer(path: &Path, durability: Durability) -> rusqlite::Result<rusqlite
          PRAGMA cache_size = -65536;
          PRAGMA wal_autocheckpoint = {};",
         durability.pragma_value(),
-        WAL_AUTOCHECKPOINT_BYTES / page_size.max(512)
+        WAL_AUTOCHECKPOINT_BYTES / page_size
     ))?;
     migrate(&mut conn)?;
-    Ok(conn)
+    Ok((conn, page_size))
 }
 
 /// Applies every embedded migration not yet recorded, each in its own transaction.
@@ -315,23 +319,16 @@ fn migrate(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
 /// Copies committed WAL frames back into the database file, off the write path:
 /// woken after each commit (commits made during a checkpoint share the next one),
 /// it runs a passive checkpoint, which never blocks a write, and, when the WAL has
-/// grown past [`WAL_RESTART_BYTES`] anyway, a RESTART one. Checkpointing at once
+/// grown past `restart_frames` ([`WAL_RESTART_BYTES`]) anyway, a RESTART one. Checkpointing at once
 /// rather than every 100 ms or 1 s keeps the WAL short, so most writes restart it
 /// and its fsyncs stay small: p99 at half the peak rate 8-11 ms instead of 36-59
 /// ms (docs/benchmarks.md). Ends when the sink is dropped.
-fn checkpoint_loop(conn: &rusqlite::Connection, wake: &Receiver<()>) {
+fn checkpoint_loop(conn: &rusqlite::Connection, restart_frames: i64, wake: &Receiver<()>) {
     // Columns: busy, frames in the WAL, frames checkpointed.
     let checkpoint = |mode: &str| -> rusqlite::Result<(bool, i64)> {
         conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
             Ok((r.get::<_, i64>(0)? != 0, r.get(1)?))
         })
-    };
-    let restart_frames = match conn.query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0)) {
-        Ok(page_size) => WAL_RESTART_BYTES / page_size.max(512),
-        Err(e) => {
-            tracing::warn!(error = %e, "sqlite page size unknown; assuming 4 KiB");
-            WAL_RESTART_BYTES / i64::from(PAGE_SIZE)
-        }
     };
     let mut restart_not_before = Instant::now();
     while wake.recv().is_ok() {

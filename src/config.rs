@@ -26,6 +26,29 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP service, the prober and the telemetry writer.
     Serve(Box<Config>),
+    /// Manage accounts (for deployments with `STREAMWATCH_SIGNUP=closed`).
+    #[command(subcommand)]
+    Users(UsersCommand),
+}
+
+/// `streamwatch users …`.
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Create a user and print a one-time password for them.
+    Add(Box<AddUser>),
+}
+
+/// `streamwatch users add --email … --name …` with the service's storage settings.
+#[derive(Debug, Args)]
+pub struct AddUser {
+    /// E-mail address the user signs in with.
+    #[arg(long)]
+    pub email: String,
+    /// Display name (1–120 characters).
+    #[arg(long)]
+    pub name: String,
+    #[command(flatten)]
+    pub config: Config,
 }
 
 /// Everything the service needs to start. Every field has a default so `streamwatch serve`
@@ -88,6 +111,46 @@ pub struct Config {
     /// Sign-in/sign-up attempts per client IP, as `<count>/<window>` (e.g. `10/60s`), or `off`.
     #[arg(long, env = "STREAMWATCH_AUTH_RATE_LIMIT", default_value = "10/60s", value_parser = parse_rate_limit)]
     pub auth_rate_limit: RateLimit,
+
+    /// `open`: anyone may sign up; `closed`: sign-up is refused and operators add users with
+    /// `streamwatch users add`.
+    #[arg(long, env = "STREAMWATCH_SIGNUP", default_value = "open", value_parser = parse_signup)]
+    pub signup: Signup,
+
+    /// Streams one user may register.
+    #[arg(long, env = "STREAMWATCH_MAX_STREAMS_PER_USER", default_value = "1000", value_parser = parse_positive)]
+    pub max_streams_per_user: u32,
+
+    /// Requests per second the prober sends to one origin host at most, whatever the number
+    /// and health of the streams on it.
+    #[arg(long, env = "STREAMWATCH_PROBE_HOST_RATE", default_value = "50", value_parser = parse_positive)]
+    pub probe_host_rate: u32,
+
+    /// HTTP connections open at once; past that, new ones wait in the listen backlog.
+    #[arg(long, env = "STREAMWATCH_MAX_CONNECTIONS", default_value = "10000", value_parser = parse_positive)]
+    pub max_connections: u32,
+
+    /// How often the QoE rollups take in new telemetry (an acknowledged batch shows in the QoE
+    /// routes within this much).
+    #[arg(long, env = "STREAMWATCH_QOE_REFRESH", default_value = "10s", value_parser = parse_duration)]
+    pub qoe_refresh: Duration,
+
+    /// Address of the Prometheus metrics listener (`GET /metrics`); empty disables it.
+    #[arg(long, env = "STREAMWATCH_METRICS_LISTEN", default_value = "127.0.0.1:9464", value_parser = parse_optional_addr)]
+    pub metrics_listen: OptionalAddr,
+
+    /// Log format: `text` (human lines) or `json` (one JSON object per line).
+    #[arg(long, env = "STREAMWATCH_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    pub log_format: LogFormat,
+
+    /// Header, idle and body timeouts of HTTP connections (not configurable: decisions.md §10).
+    #[arg(skip)]
+    pub http_limits: HttpLimits,
+
+    /// How often QoE alert rules and reminders are evaluated (alerts.md: at least every 30 s).
+    /// Not a flag; tests shorten it.
+    #[arg(skip)]
+    pub alert_timing: AlertTiming,
 }
 
 impl fmt::Debug for Config {
@@ -107,6 +170,15 @@ impl fmt::Debug for Config {
             .field("probe_timeout", &self.probe_timeout)
             .field("slow_ms", &self.slow_ms)
             .field("auth_rate_limit", &self.auth_rate_limit)
+            .field("signup", &self.signup)
+            .field("max_streams_per_user", &self.max_streams_per_user)
+            .field("probe_host_rate", &self.probe_host_rate)
+            .field("max_connections", &self.max_connections)
+            .field("qoe_refresh", &self.qoe_refresh)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("log_format", &self.log_format)
+            .field("http_limits", &self.http_limits)
+            .field("alert_timing", &self.alert_timing)
             .finish()
     }
 }
@@ -126,8 +198,137 @@ impl Config {
 fn parse_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Config, clap::Error> {
     let cmd = Cli::command().mut_subcommand("serve", |s| s.mut_args(|a| a.env(None)));
     let matches = cmd.try_get_matches_from(std::iter::once("streamwatch").chain(args))?;
-    let Command::Serve(c) = Cli::from_arg_matches(&matches)?.command;
-    Ok(*c)
+    match Cli::from_arg_matches(&matches)?.command {
+        Command::Serve(c) => Ok(*c),
+        Command::Users(_) => Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand)),
+    }
+}
+
+/// A listen address that may be switched off (an empty value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionalAddr(pub Option<SocketAddr>);
+
+fn parse_optional_addr(s: &str) -> Result<OptionalAddr, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(OptionalAddr(None));
+    }
+    s.parse()
+        .map(|a| OptionalAddr(Some(a)))
+        .map_err(|_| format!("`{s}` is not an address (e.g. 127.0.0.1:9464), or empty to disable"))
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_log_format(s: &str) -> Result<LogFormat, String> {
+    match s.trim() {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        _ => Err(format!("`{s}` is not `text` or `json`")),
+    }
+}
+
+/// Whether anyone may create an account.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signup {
+    Open,
+    Closed,
+}
+
+fn parse_signup(s: &str) -> Result<Signup, String> {
+    match s.trim() {
+        "open" => Ok(Signup::Open),
+        "closed" => Ok(Signup::Closed),
+        _ => Err(format!("`{s}` is not `open` or `closed`")),
+    }
+}
+
+fn parse_positive(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) | Err(_) => Err(format!("`{s}` is not a positive whole number")),
+        Ok(n) => Ok(n),
+    }
+}
+
+/// HTTP connection limits (decisions.md §10). Fixed by the decision, so not flags; tests
+/// shorten them to observe them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Request headers must be complete this long after their first byte.
+    pub header: Duration,
+    /// An idle keep-alive connection is closed after this long.
+    pub idle: Duration,
+    /// A request body that sends no byte for this long is cut off.
+    pub body: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+            body: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Timing of the alerts' background work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlertTiming {
+    /// Between two evaluations of the QoE rules and the reminders.
+    pub evaluate_every: Duration,
+    /// Between two looks at the outbox for deliveries queued elsewhere or come due.
+    pub sender_poll: Duration,
+}
+
+impl Default for AlertTiming {
+    fn default() -> Self {
+        Self {
+            evaluate_every: Duration::from_secs(30),
+            sender_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One line for a configuration error, naming the setting the way the operator gave it: the
+/// flag when it is on the command line, else the environment variable; with the parser's reason
+/// but never the value (it may be a secret). `None` for what is not a bad value (help, version,
+/// an unknown flag): clap's own output explains those.
+pub fn explain(e: &clap::Error, argv: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // `--probe-interval <PROBE_INTERVAL>` → `--probe-interval`.
+    let flag = arg.split_whitespace().next()?.to_owned();
+    let long = flag.trim_start_matches("--");
+    let on_command_line = argv
+        .iter()
+        .any(|a| a == &flag || a.starts_with(&format!("{flag}=")));
+    let env = Cli::command()
+        .get_subcommands()
+        .flat_map(|c| c.get_arguments().cloned().collect::<Vec<_>>())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env().map(|v| v.to_string_lossy().into_owned()));
+    let name = match env {
+        Some(env) if !on_command_line => env,
+        _ => flag,
+    };
+    let reason = std::error::Error::source(e)
+        .map(ToString::to_string)
+        .unwrap_or_else(|| "not a valid value".to_owned());
+    Some(format!("invalid {name}: {reason}"))
 }
 
 /// Which relational engine holds accounts, streams, probes and keys.
@@ -246,6 +447,24 @@ mod tests {
         assert_eq!(c.probe_interval, Duration::from_secs(30));
         assert_eq!(c.probe_timeout, Duration::from_secs(10));
         assert_eq!(c.slow_ms, 2000);
+        assert_eq!(c.signup, Signup::Open);
+        assert_eq!(c.max_streams_per_user, 1000);
+        assert_eq!(c.probe_host_rate, 50);
+        assert_eq!(c.max_connections, 10_000);
+        assert_eq!(
+            c.metrics_listen.0,
+            Some("127.0.0.1:9464".parse().expect("addr"))
+        );
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.qoe_refresh, Duration::from_secs(10));
+        assert_eq!(
+            parse(&["--metrics-listen", ""])
+                .expect("parses")
+                .metrics_listen
+                .0,
+            None,
+            "empty disables"
+        );
         assert_eq!(
             c.auth_rate_limit,
             RateLimit::PerWindow {
@@ -265,6 +484,15 @@ mod tests {
             (&["--database-url", "mysql://x"][..], "--database-url"),
             (&["--listen", "nowhere"][..], "--listen"),
             (&["--clickhouse-url", "ftp://x"][..], "--clickhouse-url"),
+            (&["--signup", "maybe"][..], "--signup"),
+            (
+                &["--max-streams-per-user", "0"][..],
+                "--max-streams-per-user",
+            ),
+            (&["--probe-host-rate=-1"][..], "--probe-host-rate"),
+            (&["--max-connections", "many"][..], "--max-connections"),
+            (&["--metrics-listen", "port 9"][..], "--metrics-listen"),
+            (&["--log-format", "xml"][..], "--log-format"),
         ] {
             let err = parse(args).expect_err("must be refused");
             assert!(err.contains(needle), "{err}");
@@ -282,6 +510,40 @@ mod tests {
         .expect("parses");
         assert_eq!(c.allow_private.0.len(), 3);
         assert_eq!(c.auth_rate_limit, RateLimit::Off);
+    }
+
+    #[test]
+    fn a_bad_value_names_the_flag_or_the_variable_it_came_from() {
+        let err = parse_args(["serve", "--probe-interval", "soon"]).expect_err("refused");
+        let argv = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            explain(
+                &err,
+                &argv(&["streamwatch", "serve", "--probe-interval", "soon"])
+            )
+            .as_deref(),
+            Some("invalid --probe-interval: `soon` is not a duration (e.g. 30s, 500ms, 2m)")
+        );
+        // Not on the command line: it came from STREAMWATCH_PROBE_INTERVAL.
+        assert_eq!(
+            explain(&err, &argv(&["streamwatch", "serve"])).as_deref(),
+            Some("invalid STREAMWATCH_PROBE_INTERVAL: `soon` is not a duration (e.g. 30s, 500ms, 2m)")
+        );
+        // A secret is never echoed.
+        let secret = "s3cret-but-short";
+        let err = parse_args(["serve", &format!("--secret={secret}")]).expect_err("refused");
+        let line = explain(&err, &argv(&["streamwatch", "serve"])).expect("a line");
+        assert_eq!(
+            line,
+            "invalid STREAMWATCH_SECRET: must be at least 32 characters"
+        );
+        assert!(!line.contains(secret));
+        // --help is clap's to print.
+        let help = parse_args(["serve", "--help"]).expect_err("help");
+        assert_eq!(
+            explain(&help, &argv(&["streamwatch", "serve", "--help"])),
+            None
+        );
     }
 
     #[test]

@@ -7,11 +7,15 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use tokio::sync::watch;
+
+use sqlx::any::AnyPoolOptions;
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{AnyPool, ConnectOptions, Executor, Row};
+use sqlx::{AnyPool, ConnectOptions, Executor};
 
 use crate::config::DatabaseUrl;
 
@@ -27,7 +31,18 @@ pub enum Engine {
 pub struct Db {
     pub pool: AnyPool,
     pub engine: Engine,
+    /// True once the store answered and is migrated. PostgreSQL may be unreachable at
+    /// start-up: the service then runs, unready, until [`Db::run_migrator`] gets through.
+    ready: Arc<AtomicBool>,
+    /// Why the store is not ready, for readiness and logs (empty once ready).
+    cause: Arc<std::sync::Mutex<String>>,
+    /// The connection URL, for a direct diagnostic connect (may hold a password: never shown).
+    url: Arc<str>,
 }
+
+/// How long a request waits for a pooled connection: a store that cannot hand one out in
+/// this time is treated as down (a 500 now is better than a request hanging).
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Failure of the relational store; always an internal error to clients.
 #[derive(Debug, thiserror::Error)]
@@ -47,24 +62,176 @@ struct Migration {
     sql: &'static str,
 }
 
-const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "core",
-    sql: include_str!("../migrations/sqlite/0001_core.sql"),
-}];
+const SQLITE_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "core",
+        sql: include_str!("../migrations/sqlite/0001_core.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "hardening",
+        sql: include_str!("../migrations/sqlite/0002_hardening.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "alerts",
+        sql: include_str!("../migrations/sqlite/0003_alerts.sql"),
+    },
+];
 
-const POSTGRES_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "core",
-    sql: include_str!("../migrations/postgres/0001_core.sql"),
-}];
+const POSTGRES_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "core",
+        sql: include_str!("../migrations/postgres/0001_core.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "hardening",
+        sql: include_str!("../migrations/postgres/0002_hardening.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "alerts",
+        sql: include_str!("../migrations/postgres/0003_alerts.sql"),
+    },
+];
 
 /// Any number held by the advisory lock that serialises migrations across instances.
 const MIGRATION_LOCK_KEY: i64 = 0x5354_5257_4154_4348; // "STRWATCH"
 
 impl Db {
-    /// Opens the configured database (or `<data_dir>/streamwatch.db`) and migrates it.
+    /// Opens the configured database (or `<data_dir>/streamwatch.db`) and migrates it; fails
+    /// when the store cannot be reached or migrated now.
     pub async fn connect(url: Option<&DatabaseUrl>, data_dir: &Path) -> Result<Self, DbError> {
+        let db = Self::open(url, data_dir).await?;
+        db.migrate().await?;
+        db.ready.store(true, Ordering::Release);
+        Ok(db)
+    }
+
+    /// Opens the configured database for a server that must start even while PostgreSQL is
+    /// unreachable (decisions.md §11): the pool connects lazily, one migration attempt is
+    /// made now, and when it fails the store stays unready until [`Db::run_migrator`] gets
+    /// through. SQLite (a local file) must open now: a failure there is a configuration error.
+    pub async fn open_for_service(
+        url: Option<&DatabaseUrl>,
+        data_dir: &Path,
+    ) -> Result<Self, DbError> {
+        let db = Self::open(url, data_dir).await?;
+        let host = url.map(host_of).unwrap_or_default();
+        if db.engine == Engine::Postgres {
+            if let Err(cause) = db.diagnose().await {
+                tracing::error!(%host, error = %cause, "database unreachable at start-up; serving unready and retrying");
+                db.set_cause(cause);
+                return Ok(db);
+            }
+        }
+        match db.migrate().await {
+            Ok(()) => db.ready.store(true, Ordering::Release),
+            Err(e) if db.engine == Engine::Postgres => {
+                let cause = describe(&e);
+                tracing::error!(%host, error = %cause, "database not migrated at start-up; serving unready and retrying");
+                db.set_cause(cause);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(db)
+    }
+
+    /// A direct connection attempt (not through the pool, whose errors all read "timed out"),
+    /// so the cause is known: refused, timed out, authentication.
+    async fn diagnose(&self) -> Result<(), String> {
+        use sqlx::Connection;
+        match tokio::time::timeout(
+            Duration::from_secs(3),
+            sqlx::AnyConnection::connect(&self.url),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(describe(&DbError(e))),
+            Err(_) => Err("connection timed out (no answer within 3 s)".to_owned()),
+        }
+    }
+
+    fn set_cause(&self, cause: String) {
+        *self
+            .cause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = cause;
+    }
+
+    /// True once the store is reachable and migrated.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Retries the migrations with backoff until they are applied (the store came up), then
+    /// returns. Ends early when `stop` turns true.
+    pub async fn run_migrator(self, mut stop: watch::Receiver<bool>) {
+        let mut backoff = Duration::from_millis(500);
+        let mut attempts = 1u32;
+        while !self.is_ready() {
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => return,
+            }
+            attempts += 1;
+            if let Err(cause) = self.diagnose().await {
+                if attempts % 10 == 0 {
+                    tracing::warn!(attempts, error = %cause, "database still unreachable");
+                }
+                self.set_cause(cause);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            match self.migrate().await {
+                Ok(()) => {
+                    self.ready.store(true, Ordering::Release);
+                    tracing::info!(attempts, "database reachable and migrated");
+                }
+                Err(e) => {
+                    let cause = describe(&e);
+                    if attempts % 10 == 0 {
+                        tracing::warn!(attempts, error = %cause, "database still not migrated");
+                    }
+                    self.set_cause(cause);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// A round trip for readiness, bounded by [`ACQUIRE_TIMEOUT`].
+    pub async fn ping(&self) -> Result<(), String> {
+        if !self.is_ready() {
+            let cause = self
+                .cause
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            return Err(if cause.is_empty() {
+                "not reachable yet".to_owned()
+            } else {
+                cause
+            });
+        }
+        match tokio::time::timeout(ACQUIRE_TIMEOUT, sqlx::query("SELECT 1").execute(&self.pool))
+            .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(describe(&DbError(e))),
+            Err(_) => Err("no answer within 2 s".to_owned()),
+        }
+    }
+
+    /// Creates the pool (PostgreSQL: lazily, no connection yet).
+    async fn open(url: Option<&DatabaseUrl>, data_dir: &Path) -> Result<Self, DbError> {
         sqlx::any::install_default_drivers();
         let (url, engine) = match url {
             Some(DatabaseUrl::Postgres(u)) => (u.clone(), Engine::Postgres),
@@ -75,13 +242,10 @@ impl Db {
             }
         };
         let pool = match engine {
-            Engine::Postgres => {
-                AnyPoolOptions::new()
-                    .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect(&url)
-                    .await?
-            }
+            Engine::Postgres => AnyPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_lazy(&url)?,
             Engine::Sqlite => {
                 // Create the file and switch it to WAL once; every pooled connection then gets
                 // its per-connection pragmas in `after_connect`.
@@ -110,19 +274,31 @@ impl Db {
                     .await?
             }
         };
-        let db = Db { pool, engine };
-        db.migrate().await?;
-        if engine == Engine::Sqlite {
-            // Gives the query planner fresh statistics; cheap when nothing changed.
-            sqlx::raw_sql("PRAGMA optimize = 0x10002")
-                .execute(&db.pool)
-                .await?;
-        }
-        Ok(db)
+        Ok(Db {
+            pool,
+            engine,
+            ready: Arc::new(AtomicBool::new(false)),
+            cause: Arc::default(),
+            url: url.into(),
+        })
     }
 
     /// Applies every embedded migration not yet recorded, each in its own transaction.
-    async fn migrate(&self) -> Result<(), DbError> {
+    fn migrate(&self) -> futures_util::future::BoxFuture<'_, Result<(), DbError>> {
+        // Boxed: the migrator awaits it inside a spawned task.
+        Box::pin(async move {
+            self.apply_migrations().await?;
+            if self.engine == Engine::Sqlite {
+                // Gives the query planner fresh statistics; cheap when nothing changed.
+                sqlx::query("PRAGMA optimize = 0x10002")
+                    .execute(&self.pool)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn apply_migrations(&self) -> Result<(), DbError> {
         let mut conn = self.pool.acquire().await?;
         if self.engine == Engine::Postgres {
             // Instances starting together must not race on the same DDL.
@@ -142,25 +318,26 @@ impl Db {
     }
 
     async fn apply_pending(&self, conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
-        sqlx::raw_sql(
+        run_script(
+            conn,
             "CREATE TABLE IF NOT EXISTS schema_migrations (
                  version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
         )
-        .execute(&mut *conn)
         .await?;
-        let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations")
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r: &AnyRow| r.get::<i64, _>(0))
-            .collect();
+        let applied: Vec<i64> =
+            sqlx::query_as::<_, (i64,)>("SELECT version FROM schema_migrations")
+                .fetch_all(&mut *conn)
+                .await?
+                .into_iter()
+                .map(|(v,)| v)
+                .collect();
         let all = match self.engine {
             Engine::Postgres => POSTGRES_MIGRATIONS,
             Engine::Sqlite => SQLITE_MIGRATIONS,
         };
         for m in all.iter().filter(|m| !applied.contains(&m.version)) {
             let mut tx = sqlx::Acquire::begin(&mut *conn).await?;
-            sqlx::raw_sql(m.sql).execute(&mut *tx).await?;
+            run_script(&mut tx, m.sql).await?;
             sqlx::query(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
             )
@@ -173,5 +350,100 @@ impl Db {
             tracing::info!(version = m.version, name = m.name, "applied migration");
         }
         Ok(())
+    }
+}
+
+/// `host:port` of a database URL, for logs: never the user or the password.
+pub fn host_of(url: &DatabaseUrl) -> String {
+    match url {
+        DatabaseUrl::Postgres(u) => url::Url::parse(u)
+            .ok()
+            .map(|u| {
+                format!(
+                    "{}:{}",
+                    u.host_str().unwrap_or("localhost"),
+                    u.port().unwrap_or(5432)
+                )
+            })
+            .unwrap_or_default(),
+        DatabaseUrl::Sqlite(u) => u.clone(),
+    }
+}
+
+/// Runs a script of several statements, one at a time. (Not `sqlx::raw_sql`: its future is
+/// not provably `Send` inside the migrator's spawned task.)
+async fn run_script(conn: &mut sqlx::AnyConnection, sql: &str) -> Result<(), sqlx::Error> {
+    for statement in statements(sql) {
+        sqlx::query(&statement).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// The statements of a migration file: split at a `;` that ends a line, `--` comment lines
+/// dropped. (Migration files keep to that layout; no statement has a `;` at a line end inside
+/// a string.)
+fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("--") || trimmed.is_empty() {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if trimmed.ends_with(';') {
+            out.push(current.trim().trim_end_matches(';').to_owned());
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_owned());
+    }
+    out
+}
+
+/// A short cause for logs and readiness: refused, timed out, authentication, or the driver's
+/// own words. Never the URL (it may carry a password).
+pub fn describe(e: &DbError) -> String {
+    let text = e.0.to_string();
+    let lower = text.to_ascii_lowercase();
+    if let sqlx::Error::Io(io) = &e.0 {
+        return match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+            std::io::ErrorKind::TimedOut => "connection timed out".to_owned(),
+            _ => format!("network error: {io}"),
+        };
+    }
+    if matches!(e.0, sqlx::Error::PoolTimedOut) {
+        return "no connection within 2 s (timed out)".to_owned();
+    }
+    if lower.contains("password authentication failed") || lower.contains("authentication") {
+        return format!("authentication failed: {text}");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statements;
+
+    #[test]
+    fn migration_files_split_into_their_statements() {
+        for m in super::SQLITE_MIGRATIONS
+            .iter()
+            .chain(super::POSTGRES_MIGRATIONS)
+        {
+            let parts = statements(m.sql);
+            assert!(!parts.is_empty(), "{}", m.name);
+            for p in &parts {
+                assert!(!p.ends_with(';') && !p.trim().is_empty(), "{}: {p}", m.name);
+                assert!(!p.contains("--"), "{}: comment left in {p}", m.name);
+            }
+        }
+        assert_eq!(
+            statements("-- c\nCREATE TABLE a (x INT);\n\nCREATE INDEX i\n  ON a (x);\n"),
+            vec!["CREATE TABLE a (x INT)", "CREATE INDEX i\n  ON a (x)"]
+        );
     }
 }

@@ -6,19 +6,26 @@
 //! * [`accounts`], [`streams`], [`keys`], [`probes`], [`waitlist`] — domain types and storage.
 //! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
 //! * [`ssrf`] — the guard shared by registration and every probe.
+//! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
 //! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
+//! * [`metrics`] — Prometheus metrics: recorder, `/metrics`, request tracking, sampled gauges.
+//! * [`supervisor`] — background tasks; one that dies stops the process (non-zero exit).
 
 pub mod accounts;
+pub mod alerts;
 pub mod config;
 pub mod db;
 pub mod http;
 pub mod keys;
+pub mod metrics;
 pub mod prober;
 pub mod probes;
 pub mod ratelimit;
 pub mod ssrf;
 pub mod startup;
+pub mod states;
 pub mod streams;
+pub mod supervisor;
 pub mod time;
 pub mod validation;
 pub mod waitlist;

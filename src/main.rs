@@ -1,7 +1,7 @@
 //! `streamwatch serve`: parse the configuration, build the service, run until SIGTERM/SIGINT.
 
 use clap::Parser;
-use streamwatch::config::{Cli, Command};
+use streamwatch::config::{Cli, Command, LogFormat, UsersCommand};
 use streamwatch::startup::Server;
 use tracing_subscriber::EnvFilter;
 
@@ -13,18 +13,55 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
-    let Command::Serve(config) = cli.command;
-    if let Err(e) = serve(*config).await {
+    let argv: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => match streamwatch::config::explain(&e, &argv) {
+            // One line naming the setting as the operator gave it, never its value.
+            Some(line) => {
+                eprintln!("error: {line}");
+                std::process::exit(2);
+            }
+            // --help, --version, and usage errors clap explains best itself.
+            None => e.exit(),
+        },
+    };
+    let format = match &cli.command {
+        Command::Serve(c) => c.log_format,
+        Command::Users(UsersCommand::Add(a)) => a.config.log_format,
+    };
+    init_logs(format);
+    let result = match cli.command {
+        Command::Serve(config) => serve(*config).await,
+        Command::Users(UsersCommand::Add(add)) => add_user(*add).await,
+    };
+    if let Err(e) = result {
         // One line naming what failed; the chain holds the setting and the cause.
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Logs go to stderr (stdout is for command output, e.g. `users add`): human lines, with
+/// colours only on a terminal, or one JSON object per line (`STREAMWATCH_LOG_FORMAT=json`).
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
+}
+
+async fn add_user(add: streamwatch::config::AddUser) -> anyhow::Result<()> {
+    let (user, password) = streamwatch::startup::add_user(add).await?;
+    println!("created user {} ({})", user.email, user.id);
+    println!("one-time password (shown once, not stored): {password}");
+    Ok(())
 }
 
 async fn serve(config: streamwatch::config::Config) -> anyhow::Result<()> {

@@ -42,7 +42,7 @@ impl RateLimiter {
         let RateLimit::PerWindow { max, window } = self.limit else {
             return Ok(());
         };
-        let w = self.windows.get_with(ip, || {
+        let w = self.windows.get_with(client_key(ip), || {
             Arc::new(Window {
                 started: Instant::now(),
                 count: AtomicU32::new(0),
@@ -54,6 +54,22 @@ impl RateLimiter {
         }
         let left = window.saturating_sub(w.started.elapsed());
         Err(left.as_secs().max(1))
+    }
+}
+
+/// The key one client is counted under: an IPv4 address, or the /64 of an IPv6 address (one
+/// subscriber usually holds a whole /64 and can pick any address in it). IPv4-mapped IPv6
+/// addresses count as their IPv4 address.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !(u128::from(u64::MAX));
+                IpAddr::V6(prefix.into())
+            }
+        },
     }
 }
 
@@ -73,6 +89,25 @@ mod tests {
         let retry = l.check(ip).expect_err("third is refused");
         assert!((1..=60).contains(&retry));
         assert!(l.check("192.0.2.2".parse().expect("ip")).is_ok(), "per IP");
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_by_their_64() {
+        let l = RateLimiter::new(RateLimit::PerWindow {
+            max: 2,
+            window: Duration::from_secs(60),
+        });
+        let a: IpAddr = "2001:db8:1:2::1".parse().expect("ip");
+        let b: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:fffe".parse().expect("ip");
+        let other: IpAddr = "2001:db8:1:3::1".parse().expect("ip");
+        assert!(l.check(a).is_ok());
+        assert!(l.check(b).is_ok());
+        assert!(l.check(a).is_err(), "same /64, third attempt");
+        assert!(l.check(other).is_ok(), "another /64");
+        assert_eq!(
+            client_key("::ffff:192.0.2.7".parse().expect("ip")),
+            "192.0.2.7".parse::<IpAddr>().expect("ip")
+        );
     }
 
     #[test]

@@ -41,9 +41,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use hickory_resolver::config::{LookupIpStrategy, ResolverConfig};
-use hickory_resolver::name_server::TokioConnectionProvider;
+use futures_util::future::BoxFuture;
+use hickory_resolver::config::{LookupIpStrategy, ResolverConfig, CLOUDFLARE};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::NetError;
 use hickory_resolver::TokioResolver;
 use ipnet::IpNet;
 use url::{Host, Url};
@@ -144,14 +145,14 @@ impl HostLookup for StaticLookup {
 /// (`/etc/resolv.conf`), or from a public default (Cloudflare) when the system
 /// configuration cannot be read. Both A and AAAA are queried so that every
 /// answer can be checked.
-pub fn system_resolver() -> TokioResolver {
+pub fn system_resolver() -> Result<TokioResolver, NetError> {
     let mut builder = match TokioResolver::builder_tokio() {
         Ok(builder) => builder,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read system resolver configuration, using cloudflare dns");
             TokioResolver::builder_with_config(
-                ResolverConfig::cloudflare(),
-                TokioConnectionProvider::default(),
+                ResolverConfig::udp_and_tcp(&CLOUDFLARE),
+                TokioRuntimeProvider::default(),
             )
         }
     };
@@ -190,8 +191,8 @@ impl Guard {
 
     /// A guard resolving with the system DNS configuration (see [`system_resolver`]).
     /// Must be called inside a tokio runtime.
-    pub fn with_system_resolver(allow: Vec<IpNet>) -> Self {
-        Self::new(allow, system_resolver())
+    pub fn with_system_resolver(allow: Vec<IpNet>) -> Result<Self, NetError> {
+        Ok(Self::new(allow, system_resolver()?))
     }
 
     /// The allow-list this guard was built with.
@@ -447,6 +448,29 @@ impl reqwest::dns::Resolve for GuardedResolver {
             }
         })
     }
+}
+
+/// A reqwest client builder that can only reach what `guard` allows: no proxies from the
+/// environment, no redirects followed by itself, and every name resolved (and checked) by
+/// [`GuardedResolver`]. IP-literal hosts bypass resolvers: callers check each URL with
+/// [`Guard::check_target`] before sending. The prober and the alert sender both start here.
+pub fn guarded_client(guard: Arc<Guard>) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(Arc::new(GuardedResolver::new(guard)))
+}
+
+/// The [`GuardError`] behind a failed request, if the guard is why it failed.
+pub fn guard_refusal<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a GuardError> {
+    let mut source = Some(e);
+    while let Some(err) = source {
+        if let Some(g) = err.downcast_ref::<GuardError>() {
+            return Some(g);
+        }
+        source = err.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -843,20 +867,20 @@ mod tests {
     /// gives a resolver error, reported as "did not resolve".
     #[tokio::test]
     async fn hickory_failure_is_did_not_resolve() {
-        use hickory_resolver::config::{NameServerConfigGroup, ResolverConfig};
+        use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = sock.local_addr().unwrap().port();
         drop(sock);
-        let cfg = ResolverConfig::from_parts(
-            None,
-            vec![],
-            NameServerConfigGroup::from_ips_clear(&["127.0.0.1".parse().unwrap()], port, true),
-        );
-        let mut b = TokioResolver::builder_with_config(cfg, TokioConnectionProvider::default());
+        let mut server = NameServerConfig::udp("127.0.0.1".parse().unwrap());
+        let mut udp = ConnectionConfig::udp();
+        udp.port = port;
+        server.connections = vec![udp];
+        let cfg = ResolverConfig::from_name_servers(vec![server]);
+        let mut b = TokioResolver::builder_with_config(cfg, TokioRuntimeProvider::default());
         b.options_mut().timeout = Duration::from_millis(200);
         b.options_mut().attempts = 1;
         b.options_mut().use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
-        let g = Guard::new(vec![], b.build());
+        let g = Guard::new(vec![], b.build().unwrap());
         assert_eq!(
             g.check_url("http://streams.example.org/x.m3u8")
                 .await
@@ -867,7 +891,7 @@ mod tests {
 
     #[tokio::test]
     async fn system_resolver_builds_and_refuses_localhost_without_dns() {
-        let g = Guard::with_system_resolver(vec![]);
+        let g = Guard::with_system_resolver(vec![]).unwrap();
         assert_eq!(
             g.check_url("http://localhost./")
                 .await

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
-use ingest::{BatchWriter, ClickHouseConfig, ClickHouseSink, EventSink, SqliteSink, WriterConfig};
+use ingest::{
+    BatchWriter, ClickHouseConfig, ClickHouseSink, Connector, EventSink, SqliteSink,
+    SupervisedSink, SupervisorTiming, WriterConfig,
+};
 
-use crate::accounts::Accounts;
-use crate::config::{Config, DatabaseUrl};
+use crate::accounts::{check_name, normalize_email, AccountError, Accounts, User};
+use crate::config::{AddUser, Config, DatabaseUrl};
 use crate::db::Db;
 use crate::http::{self, AppState};
 use crate::keys::cache::{self, KeyCache};
@@ -22,14 +24,17 @@ use crate::keys::Keys;
 use crate::ratelimit::RateLimiter;
 use crate::ssrf::Guard;
 use crate::streams::Streams;
+use crate::supervisor::Supervisor;
 
 /// A bound, ready server: call [`Server::run`] to serve.
 pub struct Server {
     listener: TcpListener,
+    metrics_addr: Option<SocketAddr>,
     router: axum::Router,
-    tasks: JoinSet<()>,
+    http_limits: crate::config::HttpLimits,
+    max_connections: usize,
+    background: Supervisor,
     writer: BatchWriter,
-    stop_tasks: watch::Sender<bool>,
     pub state: Arc<AppState>,
 }
 
@@ -55,6 +60,9 @@ impl Server {
 
     /// [`Server::build`] with a choice of background work.
     pub async fn build_with(config: Config, background: Background) -> anyhow::Result<Self> {
+        // First, so everything built below records into it. Without a metrics listener no
+        // recorder is installed and every metric call is a no-op (nothing to pay for).
+        let metrics = config.metrics_listen.0.map(|_| crate::metrics::install());
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!(
                 "cannot create STREAMWATCH_DATA_DIR {}",
@@ -62,54 +70,167 @@ impl Server {
             )
         })?;
         let secret = load_secret(&config)?;
-        let db = Db::connect(config.database_url.as_ref(), &config.data_dir)
+        let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
             .await
             .context("cannot open DATABASE_URL")?;
-        let guard = Guard::with_system_resolver(config.allow_private.0.clone());
-        let sink = open_sink(&config).await?;
-        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
+        let guard = Guard::with_system_resolver(config.allow_private.0.clone())
+            .context("cannot set up the DNS resolver")?;
+        let (sink, connect, analytics) = open_sink(&config).await?;
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            database = ?db.engine,
+            telemetry = sink.name(),
+            data_dir = %config.data_dir.display(),
+            listen = %config.listen,
+            "starting streamwatch"
+        );
+        let writer = BatchWriter::spawn(Arc::new(sink.clone()), WriterConfig::default());
+        let supervised = sink.clone();
         let keys = Keys::new(db.clone());
         let (key_cache, touch_rx) = KeyCache::new(keys.clone(), db.engine);
+        let alerts = crate::alerts::Alerts::new(db.clone(), &secret, Arc::new(guard.clone()));
         let state = Arc::new(AppState {
+            alerts: alerts.clone(),
             accounts: Accounts::new(db.clone(), &secret)?,
-            streams: Streams::new(db.clone(), guard.clone()),
+            streams: Streams::new(db.clone(), guard.clone(), config.max_streams_per_user),
             keys: keys.clone(),
             key_cache: key_cache.clone(),
             rate: RateLimiter::new(config.auth_rate_limit),
+            signup: config.signup,
             slow_ms: config.slow_ms,
             writer: writer.handle(),
             sink,
+            analytics: analytics.clone(),
+            user_agents: ingest::UaCache::new(10_000),
             db: db.clone(),
         });
 
-        let (stop_tasks, stop_rx) = watch::channel(false);
-        let mut tasks = JoinSet::new();
-        tasks.spawn(cache::run_touch_writer(keys, touch_rx, stop_rx.clone()));
+        // Every background task is spawned here, under supervision (decisions.md §11).
+        let mut tasks = Supervisor::new();
+        let stop = tasks.stop_signal();
+        if !db.is_ready() {
+            tasks.job(
+                "database migrator",
+                ok(db.clone().run_migrator(stop.clone())),
+            );
+        }
+        tasks.service(
+            "telemetry store supervisor",
+            ok(supervised.run(connect, stop.clone())),
+        );
+        tasks.service("telemetry writer", writer_watch(writer.failure()));
+        tasks.service(
+            "qoe refresher",
+            ok(analytics::refresh::run(
+                analytics,
+                config.qoe_refresh,
+                stop.clone(),
+            )),
+        );
+        tasks.service(
+            "alert sender",
+            ok(crate::alerts::sender::run(
+                alerts.clone(),
+                crate::alerts::sender::SenderConfig {
+                    poll: config.alert_timing.sender_poll,
+                    ..Default::default()
+                },
+                stop.clone(),
+            )),
+        );
+        tasks.service(
+            "alert evaluator",
+            ok(crate::alerts::evaluate::run(
+                alerts,
+                state.analytics.clone(),
+                state.streams.clone(),
+                config.alert_timing.evaluate_every,
+                stop.clone(),
+            )),
+        );
+        tasks.service(
+            "api key lastUsedAt writer",
+            ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+        );
         if let Some(DatabaseUrl::Postgres(url)) = &config.database_url {
-            tasks.spawn(key_cache.run_listener(url.clone(), stop_rx.clone()));
+            tasks.service(
+                "api key cache listener",
+                ok(key_cache.run_listener(url.clone(), stop.clone())),
+            );
         }
         if background.prober {
             let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
                 .context("cannot start the prober")?;
-            tasks.spawn(scheduler.run(stop_rx.clone()));
-            tasks.spawn(crate::prober::retention::run(
-                crate::probes::Probes::new(db.clone()),
-                stop_rx.clone(),
-            ));
+            tasks.service("prober", ok(scheduler.run(stop.clone())));
+            tasks.service(
+                "probe retention",
+                ok(crate::prober::retention::run(
+                    crate::probes::Probes::new(db.clone()),
+                    stop.clone(),
+                )),
+            );
         }
 
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on STREAMWATCH_LISTEN {}", config.listen))?;
+        let metrics_addr = match (config.metrics_listen.0, metrics) {
+            (Some(addr), Some(metrics)) => {
+                tasks.service(
+                    "metrics sampler",
+                    ok(crate::metrics::sample(
+                        db.clone(),
+                        metrics.clone(),
+                        stop.clone(),
+                    )),
+                );
+                let metrics_listener = TcpListener::bind(addr).await.with_context(|| {
+                    format!("cannot listen on STREAMWATCH_METRICS_LISTEN {addr}")
+                })?;
+                let bound = metrics_listener.local_addr()?;
+                let mut stop_metrics = stop.clone();
+                let app = crate::metrics::router(metrics);
+                tasks.service("metrics listener", async move {
+                    axum::serve(metrics_listener, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = stop_metrics.wait_for(|v| *v).await;
+                        })
+                        .await
+                        .map_err(|e| format!("metrics listener failed: {e}"))
+                });
+                tracing::info!(addr = %bound, "metrics listening");
+                Some(bound)
+            }
+            _ => None,
+        };
         let router = http::router(state.clone());
+        let max_connections = http::serve::fit_connection_cap(
+            usize::try_from(config.max_connections).unwrap_or(usize::MAX),
+        );
         Ok(Self {
             listener,
+            metrics_addr,
             router,
-            tasks,
+            http_limits: config.http_limits,
+            max_connections,
+            background: tasks,
             writer,
-            stop_tasks,
             state,
         })
+    }
+
+    /// The bound address of the metrics listener, when enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Runs `fut` as one more supervised background service: if it ends before shutdown or
+    /// panics, the server stops and [`Server::run`] returns the error.
+    pub fn spawn_service<F>(&mut self, name: &'static str, fut: F)
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.background.service(name, fut);
     }
 
     /// The bound address (useful with port 0).
@@ -119,54 +240,123 @@ impl Server {
             .expect("bound listener has an address")
     }
 
-    /// Serves until `shutdown` resolves, then drains requests and background tasks.
+    /// Serves until `shutdown` resolves or a background task dies, then drains requests and
+    /// background work. A death is returned as the error (the process exits non-zero).
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let Server {
             listener,
+            metrics_addr: _,
             router,
-            mut tasks,
+            http_limits,
+            max_connections,
+            mut background,
             writer,
-            stop_tasks,
             state,
         } = self;
-        tracing::info!(addr = %listener.local_addr()?, "listening");
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await?;
-        // Requests are done (each telemetry request waited for its write): flush whatever
-        // the writer still holds, then stop the background tasks and wait for them.
+        tracing::info!(addr = %listener.local_addr()?, max_connections, "listening");
+        let mut death = None;
+        let stop_serving = async {
+            tokio::select! {
+                () = shutdown => {}
+                d = background.died() => death = Some(d),
+            }
+        };
+        http::serve::serve(listener, router, http_limits, max_connections, stop_serving).await?;
+        // Requests are done (each telemetry request waited for its write): stop the tasks, flush
+        // whatever the writer still holds, and wait for every task to finish its work. The stop
+        // signal goes first: dropping the state closes channels some tasks read, and a task that
+        // ends then must not count as a death.
+        background.signal_stop();
         drop(state);
         writer.shutdown().await;
-        let _ = stop_tasks.send(true);
-        while tasks.join_next().await.is_some() {}
-        Ok(())
+        let later = background.stop().await;
+        match death.or_else(|| later.into_iter().next()) {
+            Some(d) => Err(anyhow::anyhow!(d)),
+            None => Ok(()),
+        }
     }
 }
 
-/// The telemetry store: ClickHouse when configured, else `<data-dir>/telemetry.db`.
-async fn open_sink(config: &Config) -> anyhow::Result<Arc<dyn EventSink>> {
+/// Adapts a task that cannot fail to the supervisor's signature.
+async fn ok(fut: impl Future<Output = ()>) -> Result<(), String> {
+    fut.await;
+    Ok(())
+}
+
+/// The batch writer's death, as a supervised service: reports the writer's panic, and ends
+/// quietly when the writer is shut down.
+async fn writer_watch(mut failure: watch::Receiver<Option<String>>) -> Result<(), String> {
+    match failure.wait_for(Option::is_some).await {
+        Ok(message) => Err(format!("panicked: {}", message.clone().unwrap_or_default())),
+        Err(_) => Ok(()),
+    }
+}
+
+/// `streamwatch users add`: creates a user with a generated password in the configured store.
+pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
+    let email = normalize_email(&add.email).context("--email is not a valid e-mail address")?;
+    check_name(&add.name).map_err(|p| anyhow::anyhow!("--name {p}"))?;
+    let config = add.config;
+    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+        format!(
+            "cannot create STREAMWATCH_DATA_DIR {}",
+            config.data_dir.display()
+        )
+    })?;
+    let secret = load_secret(&config)?;
+    let db = Db::connect(config.database_url.as_ref(), &config.data_dir)
+        .await
+        .context("cannot open DATABASE_URL")?;
+    let accounts = Accounts::new(db, &secret)?;
+    match accounts.add_user(&add.name, &email).await {
+        Ok(created) => Ok(created),
+        Err(AccountError::EmailTaken) => anyhow::bail!("a user with e-mail {email} already exists"),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The telemetry store behind its circuit breaker, and how its supervisor (re)connects:
+/// ClickHouse when configured (connected in the background, so the service starts while it
+/// is down), else `<data-dir>/telemetry.db`, which must open now.
+async fn open_sink(
+    config: &Config,
+) -> anyhow::Result<(SupervisedSink, Connector, analytics::Store)> {
+    let timing = SupervisorTiming::default();
     match &config.clickhouse_url {
         Some(url) => {
             let mut ch = ClickHouseConfig::new(url.clone(), config.clickhouse_database.clone());
             ch.user = Some(config.clickhouse_user.clone());
             ch.password = Some(config.clickhouse_password.clone()).filter(|p| !p.is_empty());
+            // Two writes in flight, as ClickHouseSink prefers.
+            let sink = SupervisedSink::new("clickhouse", 2, timing);
+            // Reads share the breaker: they fail at once while the store is down.
+            let store = analytics::Store::clickhouse(ch.client()).guarded_by(sink.clone());
             // Connecting creates the database if needed and applies the migrations.
-            let sink = ClickHouseSink::connect(&ch)
-                .await
-                .context("cannot open CLICKHOUSE_URL")?;
-            Ok(Arc::new(sink))
+            let connect: Connector = Box::new(move || {
+                let ch = ch.clone();
+                Box::pin(async move {
+                    let sink: Arc<dyn EventSink> = Arc::new(ClickHouseSink::connect(&ch).await?);
+                    Ok(sink)
+                })
+            });
+            Ok((sink, connect, store))
         }
         None => {
-            let sink = SqliteSink::open_in_dir(&config.data_dir)
+            let sqlite = SqliteSink::open_in_dir(&config.data_dir)
                 .await
                 .context("cannot open the telemetry store in STREAMWATCH_DATA_DIR")?;
-            Ok(Arc::new(sink))
+            let opened: Arc<dyn EventSink> = Arc::new(sqlite.clone());
+            let sink = SupervisedSink::ready(Arc::clone(&opened), timing);
+            let store = analytics::Store::sqlite(sqlite).guarded_by(sink.clone());
+            // The file is open; a reconnect is never needed, only pings.
+            let connect: Connector = Box::new(move || {
+                let opened = Arc::clone(&opened);
+                Box::pin(async move { Ok(opened) })
+            });
+            Ok((sink, connect, store))
         }
     }
 }

@@ -16,6 +16,30 @@ pub fn iso_ms(ms: i64) -> String {
     ingest::time::format_ms(ms)
 }
 
+/// An instant on the wire: epoch milliseconds inside, `YYYY-MM-DDTHH:MM:SS.sssZ` outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub i64);
+
+impl serde::Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&iso_ms(self.0))
+    }
+}
+
+impl utoipa::PartialSchema for Timestamp {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .format(Some(utoipa::openapi::schema::SchemaFormat::KnownFormat(
+                utoipa::openapi::schema::KnownFormat::DateTime,
+            )))
+            .examples([serde_json::json!("2026-11-24T10:00:00.000Z")])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Timestamp {}
+
 /// A new opaque row identifier (cuid2: collision-resistant, not guessable, URL-safe).
 pub fn new_id() -> String {
     cuid2::create_id()

@@ -388,8 +388,8 @@ async fn foreign_origin_makes_the_cookie_absent(app: TestApp) {
     assert_eq!(r.status(), StatusCode::OK);
 }
 
-/// An unknown e-mail costs a password verification too (a dummy hash), so response time does
-/// not reveal which e-mails have accounts.
+/// Soak: an unknown e-mail costs a password verification too (a dummy hash), so response time
+/// does not reveal which e-mails have accounts. (Timing-based: `./scripts/soak`.)
 async fn unknown_email_takes_as_long_as_a_wrong_password(app: TestApp) {
     app.user("grace@example.com").await;
     let attempt = |email: &'static str| {
@@ -420,8 +420,162 @@ async fn unknown_email_takes_as_long_as_a_wrong_password(app: TestApp) {
     );
 }
 
+mod unknown_email_takes_as_long_as_a_wrong_password {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "soak: run with ./scripts/soak"]
+    async fn sqlite() {
+        super::unknown_email_takes_as_long_as_a_wrong_password(
+            super::common::spawn_app(super::common::Engine::Sqlite).await,
+        )
+        .await
+    }
+}
+
+/// Sign-in and sign-up from another site's page are refused (login CSRF), whether the
+/// credentials are right or not; a same-origin or Origin-less request goes through.
+async fn sign_in_and_sign_up_refuse_a_foreign_origin(app: TestApp) {
+    app.user("ada@example.com").await;
+    let invalid = (
+        StatusCode::BAD_REQUEST,
+        failure("INVALID_ORIGIN", "Invalid origin"),
+    );
+    for origin in ["https://evil.example", "null", "http://127.0.0.1:1"] {
+        for (path, body) in [
+            (
+                "/api/auth/sign-in/email",
+                json!({ "email": "ada@example.com", "password": PW }),
+            ),
+            (
+                "/api/auth/sign-up/email",
+                json!({ "name": "Eve", "email": "eve@example.com", "password": PW }),
+            ),
+        ] {
+            let r = app
+                .http
+                .post(app.url(path))
+                .header("origin", origin)
+                .json(&body)
+                .send()
+                .await
+                .expect("send");
+            assert!(set_cookie_header(r.headers()).is_none(), "no cookie is set");
+            assert_eq!(parts(r).await, invalid, "{origin} {path}");
+        }
+    }
+    let count: i64 = sqlx::query("SELECT COUNT(*) FROM users WHERE email = 'eve@example.com'")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(count, 0, "the foreign sign-up created nothing");
+    let own = app.base.clone();
+    let r = app
+        .http
+        .post(app.url("/api/auth/sign-in/email"))
+        .header("origin", own)
+        .json(&json!({ "email": "ada@example.com", "password": PW }))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// E-mails with zero-width or BOM characters are invalid, so they cannot make a second account
+/// that looks like the first; names are 1–120 characters without control or format characters.
+async fn look_alike_emails_and_bad_names_are_refused(app: TestApp) {
+    app.user("ada@example.com").await;
+    let bad_email = (
+        StatusCode::BAD_REQUEST,
+        failure("VALIDATION_ERROR", "[body.email] Invalid email address"),
+    );
+    for email in [
+        "ada\u{200b}@example.com",
+        "\u{feff}ada@example.com",
+        "ada@exam\u{200d}ple.com",
+    ] {
+        let (s, b, cookie) = sign_up(
+            &app,
+            json!({ "name": "Ada", "email": email, "password": PW }),
+        )
+        .await;
+        assert_eq!(((s, b), cookie), (bad_email.clone(), None), "{email:?}");
+        let r = app
+            .post(
+                "/api/auth/sign-in/email",
+                None,
+                json!({ "email": email, "password": PW }),
+            )
+            .await;
+        assert_eq!(parts(r).await, bad_email, "sign-in {email:?}");
+    }
+    for (name, message) in [
+        ("", "[body.name] Too small: expected string to have >=1 characters"),
+        (
+            &"n".repeat(121)[..],
+            "[body.name] Too big: expected string to have <=120 characters",
+        ),
+        (
+            "Ada\u{0}",
+            "[body.name] Invalid input: must not contain control or invisible formatting characters",
+        ),
+        (
+            "A\u{202e}da",
+            "[body.name] Invalid input: must not contain control or invisible formatting characters",
+        ),
+    ] {
+        let (s, b, _) = sign_up(&app, json!({ "name": name, "email": "new@example.com", "password": PW })).await;
+        assert_eq!((s, b), (StatusCode::BAD_REQUEST, failure("VALIDATION_ERROR", message)), "{name:?}");
+    }
+    let (s, _, _) = sign_up(
+        &app,
+        json!({ "name": "n".repeat(120), "email": "new@example.com", "password": PW }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "120 characters is the limit");
+    let users: i64 = sqlx::query("SELECT COUNT(*) FROM users")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(users, 2);
+}
+
+/// A request with two session cookies (one planted for a parent domain, say) is not signed in,
+/// whichever of them is valid.
+async fn two_session_cookies_are_no_session(app: TestApp) {
+    let good = app.user("ada@example.com").await;
+    let other = app.user("eve@example.com").await;
+    for header in [
+        format!("auth.session_token={good}; auth.session_token={other}"),
+        format!("auth.session_token={other}; auth.session_token={good}"),
+        format!("auth.session_token=x.y; auth.session_token={good}"),
+    ] {
+        let r = app
+            .http
+            .get(app.url("/api/v1/keys"))
+            .header("cookie", &header)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(
+            parts(r).await,
+            (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+        );
+        let r = app
+            .http
+            .get(app.url("/api/auth/get-session"))
+            .header("cookie", &header)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(parts(r).await, (StatusCode::OK, Value::Null));
+    }
+}
+
 on_both_engines!(
-    unknown_email_takes_as_long_as_a_wrong_password,
+    sign_in_and_sign_up_refuse_a_foreign_origin,
+    look_alike_emails_and_bad_names_are_refused,
+    two_session_cookies_are_no_session,
     sign_up_returns_token_user_and_cookie,
     sign_up_failures_mirror_better_auth,
     sign_in_issues_a_fresh_session_each_time,
@@ -482,4 +636,88 @@ async fn sign_in_and_sign_up_are_rate_limited_per_ip() {
         .expect("count")
         .get(0);
     assert_eq!(n, 0, "a limited sign-up stores nothing");
+}
+
+/// `STREAMWATCH_SIGNUP=closed`: sign-up answers SIGNUP_DISABLED and creates nothing; an
+/// operator adds users with `streamwatch users add`, which prints a one-time password that
+/// signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_sign_up_and_users_add() {
+    let dir = tempfile::tempdir().expect("dir");
+    let data = dir.path().to_str().expect("utf-8");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"))
+        .args([
+            "users",
+            "add",
+            "--email",
+            "Grace@Example.com",
+            "--name",
+            "Grace",
+            "--data-dir",
+            data,
+        ])
+        .env_clear()
+        .output()
+        .expect("run users add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        stdout.starts_with("created user grace@example.com ("),
+        "{stdout}"
+    );
+    let password = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("one-time password (shown once, not stored): "))
+        .expect("password line")
+        .to_owned();
+    assert!(password.len() >= 32, "{password}");
+    // The same e-mail twice is refused with one clear line.
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"))
+        .args([
+            "users",
+            "add",
+            "--email",
+            "grace@example.com",
+            "--name",
+            "G",
+            "--data-dir",
+            data,
+        ])
+        .env_clear()
+        .output()
+        .expect("run users add");
+    assert!(!again.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim(),
+        "error: a user with e-mail grace@example.com already exists"
+    );
+
+    let mut p = common::Process::start(dir.path(), &[("STREAMWATCH_SIGNUP", "closed")]).await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(p.url("/api/auth/sign-up/email"))
+        .json(&json!({ "name": "Eve", "email": "eve@example.com", "password": PW }))
+        .send()
+        .await
+        .expect("sign up");
+    assert_eq!(
+        parts(r).await,
+        (
+            StatusCode::BAD_REQUEST,
+            failure("SIGNUP_DISABLED", "Sign-up is disabled")
+        )
+    );
+    let r = http
+        .post(p.url("/api/auth/sign-in/email"))
+        .json(&json!({ "email": "grace@example.com", "password": password }))
+        .send()
+        .await
+        .expect("sign in");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(session_cookie_of(&r).is_some());
+    assert!(p.terminate().success());
 }

@@ -29,11 +29,14 @@ impl Seed<'_> {
         let p = NewProbe {
             stream_id: stream_id.to_owned(),
             status,
-            anomaly_class: class.to_owned(),
+            anomaly_class: streamwatch::states::AnomalyClass::parse(class).expect("a known class"),
             latency_ms: latency,
             http_status: Some(200),
             detail: format!("detail {latency}"),
             created_at: at,
+            // The seeds' degraded probes of class `slow response` are slow ones (playable); a
+            // `client error` is a 4xx (down), as decisions.md v1.1 §6 counts them.
+            playable: status == ProbeStatus::Healthy || class == "slow response",
             last_action: last_action.to_owned(),
             next_probe_at: at + 30_000,
         };
@@ -290,7 +293,7 @@ async fn snapshot_and_uptime_follow_probes(app: TestApp) {
         "probe ok in 84 ms",
     )
     .await;
-    // In the window: 4 probes, 1 failing.
+    // In the window: 4 probes, 1 failing (down), 1 slow (degraded but playable: up).
     let (_, one) = parts(
         app.get(&format!("/api/v1/streams/{id}"), Some(&cookie))
             .await,
@@ -331,7 +334,8 @@ async fn snapshot_and_uptime_follow_probes(app: TestApp) {
     .await;
     let (_, list) = parts(app.get("/api/v1/streams", Some(&cookie)).await).await;
     assert_eq!(list["items"][0]["status"], "degraded");
-    assert_eq!(list["items"][0]["uptimePct"], json!(66.67));
+    // decisions.md v1.1: a 4xx manifest is down for every viewer. 6 probes, 3 down.
+    assert_eq!(list["items"][0]["uptimePct"], json!(50.0));
 }
 
 async fn old_probe_rows_are_pruned(app: TestApp) {
@@ -365,7 +369,116 @@ async fn old_probe_rows_are_pruned(app: TestApp) {
     let _ = s.app;
 }
 
+/// The feed's parameters (decisions.md v1.1 §6): `streamId`, repeatable `severity`, `before`
+/// (a probe `createdAt`, for paging) and `limit` (1–500); bad values are 400s keyed by
+/// parameter; without parameters it is exactly the contract's feed.
+async fn feed_filters_and_pages(app: TestApp) {
+    let cookie = app.user("op@example.com").await;
+    let a = app.stream(&cookie, "http://127.0.0.1:9/a.m3u8").await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let b = app.stream(&cookie, "http://127.0.0.1:9/b.m3u8").await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let s = seed(&app);
+    let t = now_ms() - 300 * MIN;
+    let statuses = [
+        (ProbeStatus::Healthy, "no anomaly"),
+        (ProbeStatus::Degraded, "client error"),
+        (ProbeStatus::Failing, "5xx server error"),
+    ];
+    for i in 0..150 {
+        let (status, class) = statuses[i % 3];
+        let id = if i % 2 == 0 { &a } else { &b };
+        s.probe(id, status, class, 10, t + i as i64 * 1000, "x")
+            .await;
+    }
+    let get = |q: String| {
+        let (app, cookie) = (&app, &cookie);
+        async move { parts(app.get(&format!("/api/v1/agents{q}"), Some(cookie)).await).await }
+    };
+    // No parameters: the contract's 100 newest.
+    let (st, all) = get(String::new()).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(all["items"].as_array().expect("items").len(), 100);
+    // One stream, one or two severities, paging with before, a limit.
+    let (_, only_a) = get(format!("?streamId={a}&limit=500")).await;
+    let only_a = only_a["items"].as_array().expect("items").clone();
+    assert_eq!(only_a.len(), 75);
+    assert!(only_a.iter().all(|i| i["streamId"] == a.as_str()));
+    let (_, critical) = get("?severity=critical&limit=500".into()).await;
+    let critical = critical["items"].as_array().expect("items").clone();
+    assert_eq!(critical.len(), 50);
+    assert!(critical.iter().all(|i| i["severity"] == "critical"));
+    let (_, two) = get("?severity=critical&severity=warn&limit=500".into()).await;
+    assert_eq!(two["items"].as_array().expect("items").len(), 100);
+    let (_, page1) = get(format!("?streamId={b}&severity=info&limit=10")).await;
+    let page1 = page1["items"].as_array().expect("items").clone();
+    assert_eq!(page1.len(), 10);
+    let before = page1.last().expect("last")["createdAt"]
+        .as_str()
+        .expect("ts")
+        .to_owned();
+    let (_, page2) = get(format!(
+        "?streamId={b}&severity=info&limit=10&before={before}"
+    ))
+    .await;
+    let page2 = page2["items"].as_array().expect("items").clone();
+    assert_eq!(page2.len(), 10);
+    assert!(page2
+        .iter()
+        .all(|i| i["createdAt"].as_str() < Some(before.as_str())));
+    assert!(page2
+        .iter()
+        .all(|i| i["severity"] == "info" && i["streamId"] == b.as_str()));
+    // Unknown parameters are ignored.
+    assert_eq!(get("?foo=bar".into()).await, (StatusCode::OK, all));
+    // Bad values: 400, keyed by parameter, all reported at once.
+    for (q, body) in [
+        (
+            "?severity=loud",
+            json!({ "severity": "Invalid enum value. Expected 'info' | 'warn' | 'critical', received 'loud'" }),
+        ),
+        (
+            "?limit=0",
+            json!({ "limit": "Number must be greater than or equal to 1" }),
+        ),
+        (
+            "?limit=501",
+            json!({ "limit": "Number must be less than or equal to 500" }),
+        ),
+        (
+            "?limit=ten",
+            json!({ "limit": "Expected number, received nan" }),
+        ),
+        (
+            "?limit=2.5",
+            json!({ "limit": "Expected integer, received float" }),
+        ),
+        ("?before=yesterday", json!({ "before": "Invalid datetime" })),
+        ("?streamId=nope", json!({ "streamId": "Stream not found" })),
+        ("?streamId=%00", json!({ "streamId": "Stream not found" })),
+        (
+            "?limit=0&before=x&severity=no",
+            json!({
+                "limit": "Number must be greater than or equal to 1",
+                "before": "Invalid datetime",
+                "severity": "Invalid enum value. Expected 'info' | 'warn' | 'critical', received 'no'"
+            }),
+        ),
+    ] {
+        assert_eq!(
+            get(q.into()).await,
+            (StatusCode::BAD_REQUEST, json!({ "errors": body })),
+            "{q}"
+        );
+    }
+}
+
 on_both_engines!(
+    feed_filters_and_pages,
     feed_derives_severity_class_fix_and_action,
     feed_holds_the_newest_hundred,
     snapshot_and_uptime_follow_probes,

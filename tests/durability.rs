@@ -112,7 +112,7 @@ async fn no_acknowledged_batch_is_lost_with_the_embedded_sink() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_batch_is_lost_with_clickhouse() {
     let url = std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into());
-    let db = format!("sw_test_{}", streamwatch::time::new_id());
+    let db = common::test_db_name();
     acknowledged_batches_survive_sigkill(vec![
         ("CLICKHOUSE_URL", url),
         ("CLICKHOUSE_DATABASE", db),
@@ -120,38 +120,63 @@ async fn no_acknowledged_batch_is_lost_with_clickhouse() {
     .await;
 }
 
-/// SIGTERM lets in-flight writes finish: every request answered 204 before or during the
-/// shutdown is stored, and the process exits cleanly.
+/// SIGTERM lets in-flight writes finish: under a steady load, every request answered 204
+/// before or during the shutdown is stored, and the process exits cleanly. The signal is sent
+/// only once batches are being acknowledged, so the test always checks some.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_writes() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let dir = tempfile::tempdir().expect("tmp");
     let mut p = Process::start(dir.path(), &[]).await;
     let cookie = p.sign_up("dev@example.com").await;
     let client = reqwest::Client::new();
     let (key, _) = p.mint_key(&cookie).await;
-    let mut inflight = Vec::new();
-    for n in 0..64 {
-        let (client, url, key) = (client.clone(), p.url("/api/v1/telemetry"), key.clone());
-        inflight.push(tokio::spawn(async move {
-            let session = format!("t-{n}");
-            let ok = client
-                .post(url)
-                .bearer_auth(&key)
-                .json(&batch(&key, &session))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == StatusCode::NO_CONTENT);
-            ok.then_some(session)
+    let acks = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (client, url, key, acks) = (
+            client.clone(),
+            p.url("/api/v1/telemetry"),
+            key.clone(),
+            Arc::clone(&acks),
+        );
+        // Each worker posts one batch after another until the server stops answering 204.
+        workers.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for n in 0.. {
+                let session = format!("t-{w}-{n}");
+                let ok = client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&batch(&key, &session))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == StatusCode::NO_CONTENT);
+                if !ok {
+                    break;
+                }
+                acked.push(session);
+                acks.fetch_add(1, Ordering::SeqCst);
+            }
+            acked
         }));
     }
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while acks.load(Ordering::SeqCst) < 50 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no batches acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let status = p.terminate();
     assert!(status.success(), "graceful exit: {status:?}");
-    let acked: Vec<String> = futures::future::join_all(inflight)
+    let acked: Vec<String> = futures_util::future::join_all(workers)
         .await
         .into_iter()
-        .filter_map(|r| r.expect("task"))
+        .flat_map(|r| r.expect("task"))
         .collect();
+    assert!(acked.len() >= 50, "{} acknowledged", acked.len());
     let second = Process::start(dir.path(), &[]).await;
     for session in &acked {
         let r = client

@@ -118,6 +118,15 @@ async fn label_is_validated(app: TestApp) {
             json!({ "label": "x".repeat(121) }),
             "String must contain at most 120 character(s)",
         ),
+        // U+0000 used to be a 500 on PostgreSQL (decisions.md §10).
+        (
+            json!({ "label": "web\u{0}player" }),
+            "String must not contain control or invisible formatting characters",
+        ),
+        (
+            json!({ "label": "web\u{200b}player" }),
+            "String must not contain control or invisible formatting characters",
+        ),
     ] {
         let (s, b) = parts(app.post("/api/v1/keys", Some(&cookie), body.clone()).await).await;
         assert_eq!(
@@ -147,3 +156,42 @@ on_both_engines!(
     revoke_is_soft_idempotent_and_scoped,
     label_is_validated,
 );
+
+/// Key changes wait for the listeners of this deployment only: a listener of another database
+/// on the same PostgreSQL cluster (another deployment) is not counted, so it cannot make every
+/// mint and revoke wait for acknowledgements that will never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_changes_count_only_this_databases_listeners() {
+    use sqlx::{ConnectOptions, Connection};
+    let app = common::spawn_app(common::Engine::Postgres).await;
+    // The app's own listener connects in the background.
+    let mut own = 0;
+    for _ in 0..100 {
+        own = app.state.key_cache.live_listeners().await.expect("count");
+        if own == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(own, 1, "the app's own listener");
+    // Another deployment: a listener with the same name on another database.
+    let other_db = common::fresh_pg_database().await;
+    let options: sqlx::postgres::PgConnectOptions = other_db.parse().expect("url");
+    let mut other = options
+        .application_name("streamwatch-keys-another-deployment")
+        .connect()
+        .await
+        .expect("connect");
+    sqlx::query("LISTEN streamwatch_keys")
+        .execute(&mut other)
+        .await
+        .expect("listen");
+    assert_eq!(
+        app.state.key_cache.live_listeners().await.expect("count"),
+        1
+    );
+    // A mint still completes (every listener of this database acknowledged).
+    let cookie = app.user("dev@example.com").await;
+    assert_eq!(mint(&app, &cookie, "k").await["label"], "k");
+    other.close().await.expect("close");
+}

@@ -84,18 +84,28 @@ on_both_engines!(
 );
 
 #[tokio::test]
-async fn serves_the_sdk_bundle_at_its_cdn_paths() {
+async fn serves_the_sdk_bundles_at_their_cdn_paths() {
     let app = common::spawn_app(common::Engine::Sqlite).await;
-    let bundle = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sdk/dist/index.js"))
-        .expect("bundle");
-    for (path, cache) in [
+    let file = |rel: &str| {
+        std::fs::read_to_string(format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))).expect("bundle")
+    };
+    let current = file("sdk/dist/index.js");
+    // 0.1.0 is served byte-identical to its release forever; 0.2.0 and latest are dist/.
+    for (path, cache, body) in [
         (
             "/sdk/@service/player-sdk@0.1.0/dist/index.js",
             "public, max-age=31536000, immutable",
+            file("sdk/releases/0.1.0/index.js"),
+        ),
+        (
+            "/sdk/@service/player-sdk@0.2.0/dist/index.js",
+            "public, max-age=31536000, immutable",
+            current.clone(),
         ),
         (
             "/sdk/@service/player-sdk@latest/dist/index.js",
             "public, max-age=300",
+            current.clone(),
         ),
     ] {
         let r = app.get(path, None).await;
@@ -106,17 +116,84 @@ async fn serves_the_sdk_bundle_at_its_cdn_paths() {
         );
         assert_eq!(r.headers()["cache-control"], cache);
         assert_eq!(r.headers()["access-control-allow-origin"], "*");
-        assert_eq!(r.text().await.expect("body"), bundle);
+        assert_eq!(r.text().await.expect("body"), body, "{path}");
     }
-    let r = app.get("/", None).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    assert!(r.text().await.expect("body").contains("/api/waitlist"));
+    assert_ne!(file("sdk/releases/0.1.0/index.js"), current);
     assert_eq!(
         app.get("/sdk/@service/player-sdk@9.9.9/dist/index.js", None)
             .await
             .status(),
         StatusCode::NOT_FOUND
     );
+}
+
+/// Every HTML page carries a Content-Security-Policy that allows scripts from this origin
+/// only (no `unsafe-inline`), and the pages hold no inline script, handler or style for it to
+/// allow. The demo player loads hls.js from the binary and no script named by its query.
+#[tokio::test]
+async fn html_pages_send_a_strict_csp_and_hold_no_inline_script() {
+    let app = common::spawn_app(common::Engine::Sqlite).await;
+    for path in [
+        "/",
+        "/demo/player.html",
+        "/demo/player.html?src=https://x.example/a.m3u8&key=svc_x&hls=data:text/javascript,alert(1)",
+    ] {
+        let r = app.get(path, None).await;
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .expect("ascii")
+            .starts_with("text/html"));
+        let csp = r.headers()["content-security-policy"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        assert!(csp.contains("script-src 'self';"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
+        assert!(csp.contains("object-src 'none'") && csp.contains("base-uri 'none'"));
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+        let html = r.text().await.expect("body");
+        // Every <script> names a same-origin file; no inline handlers or styles.
+        for tag in html.split("<script").skip(1) {
+            let open = &tag[..tag.find('>').expect("tag end")];
+            assert!(open.contains("src=\"/"), "{path}: inline or foreign script <script{open}>");
+        }
+        let lower = html.to_ascii_lowercase();
+        for needle in [" onload=", " onclick=", " onerror=", " onsubmit=", " style=", "<style", "javascript:"] {
+            assert!(!lower.contains(needle), "{path}: {needle}");
+        }
+        assert!(!lower.contains("cdn.jsdelivr") && !lower.contains("unpkg"), "{path}");
+    }
+    // The demo's script imports two fixed same-origin modules and nothing from the query.
+    let js = app.get("/assets/demo-player.js", None).await;
+    assert_eq!(
+        js.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    let js = js.text().await.expect("body");
+    assert!(js.contains(&format!(
+        "from '{}'",
+        streamwatch::http::assets::HLS_JS_PATH
+    )));
+    assert!(!js.contains("import(") && !js.contains("createElement('script')"));
+    assert!(!js.contains("q.get('hls')"));
+    // hls.js comes from the binary, byte for byte the pinned npm build (web/dist).
+    let hls = app.get(streamwatch::http::assets::HLS_JS_PATH, None).await;
+    assert_eq!(hls.status(), StatusCode::OK);
+    assert_eq!(
+        hls.headers()["cache-control"],
+        "public, max-age=31536000, immutable"
+    );
+    let served = hls.bytes().await.expect("body");
+    let built = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/web/dist/vendor/hls.js@1.7.4/hls.light.min.mjs"
+    ))
+    .expect("web/dist");
+    assert_eq!(&served[..], &built[..]);
+    // JSON answers are not pages: no CSP needed, but nosniff everywhere.
+    let r = app.get("/api/v1/nope", None).await;
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
 }
 
 #[test]
@@ -127,4 +204,37 @@ fn served_sdk_version_is_the_package_version() {
     )
     .expect("json");
     assert_eq!(pkg["version"], streamwatch::http::assets::SDK_VERSION);
+}
+
+/// A background task that dies (here: panics) stops the server, and `run` returns the cause,
+/// so `streamwatch serve` exits non-zero and a supervisor restarts it (decisions.md §11).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dying_background_task_stops_the_server_with_its_cause() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = common::test_config(common::Engine::Sqlite, dir.path()).await;
+    let mut server = streamwatch::startup::Server::build(config)
+        .await
+        .expect("builds");
+    let base = format!("http://{}", server.local_addr());
+    let (go, trigger) = tokio::sync::oneshot::channel::<()>();
+    server.spawn_service("test task", async move {
+        let _ = trigger.await;
+        panic!("injected failure");
+    });
+    let running = tokio::spawn(server.run(std::future::pending()));
+    // Serving normally while the task lives.
+    let r = reqwest::get(format!("{base}/healthz")).await.expect("get");
+    assert_eq!(r.status(), StatusCode::OK);
+    go.send(()).expect("trigger");
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), running)
+        .await
+        .expect("the server stops")
+        .expect("joins");
+    let err = outcome.expect_err("a death is an error");
+    assert_eq!(
+        err.to_string(),
+        "background task test task died: panicked: injected failure"
+    );
+    // And it no longer accepts connections.
+    assert!(reqwest::get(format!("{base}/healthz")).await.is_err());
 }

@@ -385,7 +385,286 @@ async fn every_cookie_route_requires_a_session(app: TestApp) {
     assert_eq!(count_streams(&app).await, 0);
 }
 
+/// Text fields refuse U+0000, other control characters and Unicode format characters with a
+/// field message, the same on both engines (PostgreSQL used to answer 500), and store nothing.
+async fn control_and_format_characters_are_refused_on_every_engine(app: TestApp) {
+    let cookie = app.user("op@example.com").await;
+    let msg = "String must not contain control or invisible formatting characters";
+    for bad in [
+        "a\u{0}b",
+        "tab\tname",
+        "zero\u{200b}width",
+        "\u{feff}bom",
+        "rtl\u{202e}x",
+    ] {
+        for (field, body) in [
+            ("name", json!({ "sourceUrl": SRC, "name": bad })),
+            (
+                "targetRegion",
+                json!({ "sourceUrl": SRC, "targetRegion": bad }),
+            ),
+            (
+                "sourceUrl",
+                json!({ "sourceUrl": format!("http://127.0.0.1:9/{bad}.m3u8") }),
+            ),
+        ] {
+            let (s, b) = parts(app.post("/api/v1/streams", Some(&cookie), body).await).await;
+            assert_eq!(
+                (s, b),
+                (StatusCode::BAD_REQUEST, errors(field, msg)),
+                "{field} {bad:?}"
+            );
+        }
+    }
+    assert_eq!(count_streams(&app).await, 0);
+    let item = app.stream(&cookie, SRC).await;
+    let id = item["id"].as_str().expect("id");
+    let (s, b) = parts(
+        app.patch(
+            &format!("/api/v1/streams/{id}"),
+            Some(&cookie),
+            json!({ "name": "x\u{0}" }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((s, b), (StatusCode::BAD_REQUEST, errors("name", msg)));
+}
+
+/// A path id that cannot be a row id (NUL, bad UTF-8, spaces) is the contract's JSON 404 on
+/// every route and engine, never a 500 or axum's plain-text 400.
+async fn ids_that_cannot_be_row_ids_are_json_404s(app: TestApp) {
+    let cookie = app.user("op@example.com").await;
+    for id in ["%00", "abc%00def", "%FF", "%C3%28", "a%20b", "%E2%80%8B"] {
+        for method in [Method::GET, Method::PATCH, Method::DELETE] {
+            let body = (method == Method::PATCH).then(|| Body::Json(json!({ "name": "x" })));
+            let r = app
+                .send(
+                    method.clone(),
+                    &format!("/api/v1/streams/{id}"),
+                    Some(&cookie),
+                    body,
+                )
+                .await;
+            assert_eq!(
+                parts(r).await,
+                (StatusCode::NOT_FOUND, json!({ "error": "Not Found" })),
+                "{method} {id}"
+            );
+        }
+        let r = app
+            .delete(&format!("/api/v1/keys/{id}"), Some(&cookie))
+            .await;
+        assert_eq!(
+            parts(r).await,
+            (StatusCode::NOT_FOUND, json!({ "error": "Not Found" })),
+            "key {id}"
+        );
+        let r = app
+            .get(
+                &format!("/api/v1/telemetry/sessions/{id}/events"),
+                Some(&cookie),
+            )
+            .await;
+        assert_eq!(
+            parts(r).await,
+            (StatusCode::NOT_FOUND, json!({ "error": "Not Found" })),
+            "session {id}"
+        );
+    }
+}
+
+/// `DELETE /api/v1/streams/{id}` (decisions.md v1.1 §6): 204, the stream, its probes and its
+/// rollups are gone, it is never listed or probed again; unknown ids are 404.
+async fn deleting_a_stream_removes_it_with_its_probes(app: TestApp) {
+    let cookie = app.user("op@example.com").await;
+    let item = app.stream(&cookie, SRC).await;
+    let keep = app.stream(&cookie, "http://127.0.0.1:9/other.m3u8").await;
+    let id = item["id"].as_str().expect("id").to_owned();
+    let probes = streamwatch::probes::Probes::new(app.state.db.clone());
+    let now = streamwatch::time::now_ms();
+    for (sid, at) in [
+        (&id, now - 1000),
+        (&id, now),
+        (&keep["id"].as_str().expect("id").to_owned(), now),
+    ] {
+        probes
+            .record(&streamwatch::probes::NewProbe {
+                stream_id: sid.clone(),
+                status: streamwatch::probes::ProbeStatus::Failing,
+                anomaly_class: streamwatch::states::AnomalyClass::ServerError,
+                latency_ms: 5,
+                http_status: Some(503),
+                detail: "HTTP 503".into(),
+                created_at: at,
+                playable: false,
+                last_action: "opened incident: 5xx server error".into(),
+                next_probe_at: at + 7500,
+            })
+            .await
+            .expect("record")
+            .expect("exists");
+    }
+    let r = app
+        .delete(&format!("/api/v1/streams/{id}"), Some(&cookie))
+        .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(r.text().await.expect("body"), "");
+    let count = |sql: &'static str| {
+        let (db, id) = (app.state.db.clone(), id.clone());
+        async move {
+            sqlx::query(sql)
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .expect("count")
+                .get::<i64, _>(0)
+        }
+    };
+    assert_eq!(count("SELECT COUNT(*) FROM streams WHERE id = $1").await, 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM probes WHERE stream_id = $1").await,
+        0
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM probe_rollups WHERE stream_id = $1").await,
+        0
+    );
+    assert_eq!(count_streams(&app).await, 1, "the other stream stays");
+    for (method, path) in [
+        (Method::GET, format!("/api/v1/streams/{id}")),
+        (Method::DELETE, format!("/api/v1/streams/{id}")),
+    ] {
+        let r = app.send(method, &path, Some(&cookie), None).await;
+        assert_eq!(
+            parts(r).await,
+            (StatusCode::NOT_FOUND, json!({ "error": "Not Found" }))
+        );
+    }
+    let (_, list) = parts(app.get("/api/v1/streams", Some(&cookie)).await).await;
+    assert_eq!(list["items"].as_array().expect("items").len(), 1);
+    let (_, feed) = parts(app.get("/api/v1/agents", Some(&cookie)).await).await;
+    assert!(feed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .all(|i| i["streamId"] != id));
+    // The prober can no longer claim it.
+    let claimed = probes
+        .claim_due(now + 1_000_000, now + 1_060_000, 10)
+        .await
+        .expect("claim");
+    assert!(claimed.iter().all(|d| d.id != id));
+    // Deleting needs a session like every stream route.
+    let r = app
+        .delete(
+            &format!("/api/v1/streams/{}", keep["id"].as_str().expect("id")),
+            None,
+        )
+        .await;
+    assert_eq!(
+        parts(r).await,
+        (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+    );
+}
+
+/// One user may register at most STREAMWATCH_MAX_STREAMS_PER_USER streams (decisions.md §10);
+/// an already registered URL is still returned, other users have their own allowance, and a
+/// deleted stream frees a place. Racing registrations cannot overshoot the cap.
+async fn streams_per_user_are_capped(engine: Engine) {
+    let app = spawn_with(engine, |c| c.max_streams_per_user = 3).await;
+    let cookie = app.user("op@example.com").await;
+    let url = |i: usize| format!("http://127.0.0.1:9/s{i}.m3u8");
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            app.stream(&cookie, &url(i)).await["id"]
+                .as_str()
+                .expect("id")
+                .to_owned(),
+        );
+    }
+    let (s, b) = parts(
+        app.post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": url(3) }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            errors("sourceUrl", "Stream limit reached (3)")
+        )
+    );
+    assert_eq!(count_streams(&app).await, 3);
+    // Upsert of a known URL is not a new stream.
+    let (s, again) = parts(
+        app.post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": url(0) }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, again["id"].as_str()),
+        (StatusCode::CREATED, Some(ids[0].as_str()))
+    );
+    // Another user has an allowance of their own.
+    let other = app.user("other@example.com").await;
+    app.stream(&other, &url(10)).await;
+    // Deleting frees a place.
+    let r = app
+        .delete(&format!("/api/v1/streams/{}", ids[2]), Some(&cookie))
+        .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    app.stream(&cookie, &url(3)).await;
+    // Twenty racing registrations of new URLs by a fresh user: exactly three land.
+    let racer = app.user("racer@example.com").await;
+    let results = futures_util::future::join_all((100..120).map(|i| {
+        let (app, racer) = (&app, &racer);
+        async move {
+            app.post(
+                "/api/v1/streams",
+                Some(racer),
+                json!({ "sourceUrl": url(i) }),
+            )
+            .await
+            .status()
+        }
+    }))
+    .await;
+    let created = results
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    let refused = results
+        .iter()
+        .filter(|s| **s == StatusCode::BAD_REQUEST)
+        .count();
+    assert_eq!((created, refused), (3, 17), "{results:?}");
+}
+
+mod streams_per_user_are_capped {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::streams_per_user_are_capped(super::Engine::Sqlite).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        super::streams_per_user_are_capped(super::Engine::Postgres).await
+    }
+}
+
 on_both_engines!(
+    control_and_format_characters_are_refused_on_every_engine,
+    ids_that_cannot_be_row_ids_are_json_404s,
+    deleting_a_stream_removes_it_with_its_probes,
     registers_a_stream_with_the_initial_snapshot,
     omitted_name_and_region_get_defaults,
     invalid_bodies_are_refused_and_nothing_is_stored,

@@ -27,9 +27,7 @@ async fn spawn(sink: Sink) -> TestApp {
 async fn spawn_engine(sink: Sink, engine: Engine) -> TestApp {
     match sink {
         Sink::Sqlite => spawn_with(engine, |_| {}).await,
-        Sink::ClickHouse => {
-            spawn_clickhouse(&format!("sw_test_{}", streamwatch::time::new_id())).await
-        }
+        Sink::ClickHouse => spawn_clickhouse(&common::test_db_name()).await,
     }
 }
 
@@ -479,6 +477,77 @@ async fn key_use_is_recorded(app: TestApp) {
     panic!("lastUsedAt was never written");
 }
 
+/// Timestamps must fall in years 0000–9999 once converted to UTC (decisions.md §10): one that
+/// an offset pushes into year 10000 is refused, not stored and read back as `10000-…`.
+async fn timestamps_outside_four_digit_years_are_refused(app: TestApp) {
+    let (cookie, key, _) = account(&app, "dev@example.com").await;
+    let pause = json!({ "positionMs": 1, "bufferedMs": 2 });
+    for ts in [
+        "9999-12-31T23:59:59.999-23:59",
+        "0000-01-01T00:00:00.000+00:01",
+    ] {
+        let body = batch(
+            &key,
+            "s-year",
+            vec![ev("playback_pause", ts, pause.clone())],
+        );
+        assert_eq!(
+            post_batch(&app, Some(&key), &body).await,
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": { "events": "events.0.ts: Invalid datetime" } })
+            ),
+            "{ts}"
+        );
+    }
+    assert_eq!(
+        events_of(&app, &cookie, "s-year").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let edge = batch(
+        &key,
+        "s-edge",
+        vec![ev("playback_pause", "9999-12-31T22:59:59.999-01:00", pause)],
+    );
+    assert_eq!(
+        post_batch(&app, Some(&key), &edge).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let (_, back) = events_of(&app, &cookie, "s-edge").await;
+    assert_eq!(back["items"][0]["ts"], "9999-12-31T23:59:59.999Z");
+}
+
+/// A body broken on the wire (malformed chunked encoding) is reported as unreadable, not as
+/// "too large", and nothing is stored.
+async fn a_malformed_chunked_body_is_not_too_large(app: TestApp) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (cookie, key, _) = account(&app, "dev@example.com").await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut sock = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /api/v1/telemetry HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n\
+         5\r\n{{\"api\r\nzz-not-hex\r\n"
+    );
+    sock.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        sock.read_to_end(&mut answer),
+    )
+    .await;
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(
+        answer.ends_with(r#"{"errors":{"events":"Request body could not be read"}}"#),
+        "{answer}"
+    );
+    let (_, list) = parts(app.get("/api/v1/telemetry/sessions", Some(&cookie)).await).await;
+    assert_eq!(list, json!({ "items": [] }));
+}
+
 macro_rules! on_both_sinks {
     ($($case:ident),* $(,)?) => {
         $(
@@ -497,6 +566,8 @@ macro_rules! on_both_sinks {
 }
 
 on_both_sinks!(
+    timestamps_outside_four_digit_years_are_refused,
+    a_malformed_chunked_body_is_not_too_large,
     accepts_every_event_type_and_reads_it_back,
     every_invalid_fixture_gets_its_400_and_nothing_is_stored,
     bearer_failures_share_one_body,
@@ -511,7 +582,7 @@ on_both_sinks!(
 /// often a batch was retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_final_holds_each_key_once() {
-    let db = format!("sw_test_{}", streamwatch::time::new_id());
+    let db = common::test_db_name();
     let app = spawn_clickhouse(&db).await;
     let (_, key, _) = account(&app, "dev@example.com").await;
     let e = |i: u32| {
@@ -550,7 +621,7 @@ async fn clickhouse_final_holds_each_key_once() {
 /// When the store fails, the request gets 500 and nothing is acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_write_is_a_500() {
-    let db = format!("sw_test_{}", streamwatch::time::new_id());
+    let db = common::test_db_name();
     let app = spawn_clickhouse(&db).await;
     let (_, key, _) = account(&app, "dev@example.com").await;
     let drop = app

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs (if missing), configures and starts Debian's ClickHouse server for the
+# Installs (if missing), configures (once) and starts Debian's ClickHouse server for the
 # ingest tests, then waits until it answers /ping. Idempotent: safe to run twice.
 # See shared/notes/clickhouse.md for why each step is here.
 set -eu
@@ -12,16 +12,21 @@ if ! command -v clickhouse-server >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y clickhouse-server clickhouse-client
 fi
 
-# Listen on loopback only (the stock config leaves every listen_host commented out).
+# Configuration is written only on a machine where it is not there yet: an operator's own
+# files (or a previous run's) are never rewritten.
 $SUDO mkdir -p /etc/clickhouse-server/config.d /etc/clickhouse-server/users.d
-$SUDO sh -c 'cat > /etc/clickhouse-server/config.d/listen.xml' <<'XML'
+# Listen on loopback only (the stock config leaves every listen_host commented out).
+if [ ! -e /etc/clickhouse-server/config.d/listen.xml ]; then
+    $SUDO sh -c 'cat > /etc/clickhouse-server/config.d/listen.xml' <<'XML'
 <yandex>
     <listen_host>127.0.0.1</listen_host>
 </yandex>
 XML
+fi
 # LowCardinality is experimental on 18.16; enable it server-side so no client has to
 # send a setting that modern ClickHouse rejects. (The telemetry DDL does not need it.)
-$SUDO sh -c 'cat > /etc/clickhouse-server/users.d/lowcard.xml' <<'XML'
+if [ ! -e /etc/clickhouse-server/users.d/lowcard.xml ]; then
+    $SUDO sh -c 'cat > /etc/clickhouse-server/users.d/lowcard.xml' <<'XML'
 <yandex>
     <profiles>
         <default>
@@ -30,6 +35,7 @@ $SUDO sh -c 'cat > /etc/clickhouse-server/users.d/lowcard.xml' <<'XML'
     </profiles>
 </yandex>
 XML
+fi
 
 if curl -sf http://127.0.0.1:8123/ping >/dev/null 2>&1; then
     echo "clickhouse already running"

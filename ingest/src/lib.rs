@@ -3,15 +3,20 @@
 //! sinks. No HTTP here; the server calls these functions.
 //!
 //! Module map:
-//! - [`wire`]: batch envelope, the eight event types, payloads;
+//! - [`wire`]: batch envelope and its optional [`Context`], the eight event types,
+//!   payloads;
 //! - [`validate`]: body bytes → [`Batch`] or the contract's 400 errors;
 //! - [`time`]: ISO 8601 ↔ epoch milliseconds;
-//! - [`row`]: [`EventRow`], the stored form;
-//! - [`sink`]: the [`EventSink`] trait, ClickHouse and SQLite implementations;
+//! - [`ua`]: `User-Agent` → browser, OS, device type ([`UaCache`]);
+//! - [`row`]: [`EventRow`] and [`BatchRecord`], the stored forms, and [`SinkWrite`];
+//! - [`sink`]: the write-only [`EventSink`] trait, ClickHouse and SQLite
+//!   implementations, the supervised breaker;
 //! - [`writer`]: [`BatchWriter`], group commit in front of a sink.
 //!
 //! Request path: `parse_batch(&mut body)` → check `batch.api_key` against the
-//! bearer → `batch.into_rows(owner)` → `writer_handle.submit(rows).await` → 204.
+//! bearer → `batch.into_write(owner, ua_cache.classify(user_agent))` →
+//! `writer_handle.submit_batch(rows, record).await` → 204. Reads of telemetry (QoE
+//! routes, session read-back) are the `analytics` crate's.
 //!
 //! Tests: `cargo test -p ingest` needs a ClickHouse at `CLICKHOUSE_URL` (default
 //! `http://127.0.0.1:8123`; `ingest/scripts/start-clickhouse.sh` installs and starts
@@ -21,17 +26,20 @@
 pub mod row;
 pub mod sink;
 pub mod time;
+pub mod ua;
 pub mod validate;
 pub mod wire;
 pub mod writer;
 
-pub use row::EventRow;
+pub use row::{BatchRecord, EventRow, SinkWrite};
 pub use sink::{
-    ClickHouseConfig, ClickHouseSink, Durability, EventSink, SessionSummary, SinkError,
-    SqliteOptions, SqliteSink, StoredEvent, TypeCounts,
+    ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health, SessionSummary,
+    SinkError, SqliteOptions, SqliteSink, StoredEvent, SupervisedSink, SupervisorTiming,
+    TypeCounts,
 };
+pub use ua::{UaCache, UaClass};
 pub use validate::{
     body_too_large, parse_batch, Field, ValidationErrors, MAX_BODY_BYTES, MAX_EVENTS,
 };
-pub use wire::{Batch, EndReason, Event, EventType, Payload};
+pub use wire::{Batch, Context, EndReason, Event, EventType, Payload};
 pub use writer::{BatchWriter, WriterConfig, WriterHandle};

@@ -12,9 +12,16 @@ use serde::Serializer;
 /// Milliseconds in one day.
 const MS_PER_DAY: i64 = 86_400_000;
 
+/// Earliest accepted instant: 0000-01-01T00:00:00.000Z.
+pub const MIN_MS: i64 = -62_167_219_200_000;
+/// Latest accepted instant: 9999-12-31T23:59:59.999Z.
+pub const MAX_MS: i64 = 253_402_300_799_999;
+
 /// Parses an ISO 8601 timestamp into milliseconds since the Unix epoch (UTC).
 ///
-/// Returns `None` when the text is not a valid timestamp.
+/// Returns `None` when the text is not a valid timestamp, or when the instant falls outside
+/// years 0000–9999 once converted to UTC (`9999-12-31T23:59:59.999-23:59` is in year 10000:
+/// it could not be written back in the four-digit form).
 pub fn parse_iso8601_ms(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     // Shortest valid form: "2024-01-01T00:00:00Z" (20 bytes).
@@ -81,7 +88,7 @@ pub fn parse_iso8601_ms(s: &str) -> Option<i64> {
 
     let days = days_from_civil(year, month, day);
     let local_ms = days * MS_PER_DAY + ((hour * 60 + minute) * 60 + second) * 1000 + millis;
-    Some(local_ms - offset_minutes * 60_000)
+    Some(local_ms - offset_minutes * 60_000).filter(|ms| (MIN_MS..=MAX_MS).contains(ms))
 }
 
 /// Renders epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.sssZ` (UTC).
@@ -159,6 +166,23 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_years_stay_within_0000_to_9999() {
+        assert_eq!(parse_iso8601_ms("9999-12-31T23:59:59.999Z"), Some(MAX_MS));
+        assert_eq!(format_ms(MAX_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(parse_iso8601_ms("0000-01-01T00:00:00.000Z"), Some(MIN_MS));
+        assert_eq!(format_ms(MIN_MS), "0000-01-01T00:00:00.000Z");
+        // Offsets that push the UTC instant out of the four-digit years.
+        assert_eq!(parse_iso8601_ms("9999-12-31T23:59:59.999-23:59"), None);
+        assert_eq!(parse_iso8601_ms("9999-12-31T23:30:00.000-00:31"), None);
+        assert_eq!(parse_iso8601_ms("0000-01-01T00:00:00.000+00:01"), None);
+        // Inside the range with an offset: fine.
+        assert_eq!(
+            parse_iso8601_ms("9999-12-31T22:59:59.999-01:00"),
+            Some(MAX_MS)
+        );
+    }
 
     #[test]
     fn parses_utc_with_millis() {

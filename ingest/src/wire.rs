@@ -1,6 +1,8 @@
-//! Wire types of the telemetry contract: the batch envelope, the closed set of
-//! eight event types and their payloads, and the compact JSON a payload is stored as.
+//! Wire types of the telemetry contract: the batch envelope and its optional
+//! `context`, the closed set of eight event types and their payloads, and the
+//! compact JSON a payload is stored as.
 
+use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 
 /// The closed set of telemetry event types (interface.md, "Events").
@@ -110,6 +112,8 @@ pub enum Payload {
         duration_ms: f64,
         /// Content identifier.
         content_id: String,
+        /// Optional (analytics.md §1): ms from the play intent to the first frame, ≥ 0.
+        startup_ms: Option<f64>,
     },
     /// `playback_pause`
     PlaybackPause {
@@ -141,12 +145,16 @@ pub enum Payload {
     },
     /// `quality_change`
     QualityChange {
-        /// Previous rendition label.
+        /// Previous rendition label; `""` marks the initial rendition (not a switch).
         from: String,
         /// New rendition label.
         to: String,
         /// Bitrate of the new rendition.
         bitrate: f64,
+        /// Optional (analytics.md §1): the new rendition's width in pixels, ≥ 0.
+        width: Option<f64>,
+        /// Optional (analytics.md §1): the new rendition's height in pixels, ≥ 0.
+        height: Option<f64>,
     },
     /// `error`
     Error {
@@ -190,7 +198,9 @@ impl Payload {
     }
 
     /// The payload as compact JSON with the contract's field names in contract
-    /// order; unknown fields the client sent are not kept.
+    /// order, then the optional fields that are present (`startupMs`; `width`,
+    /// `height`); unknown fields the client sent are not kept. Without optional
+    /// fields the JSON is exactly what SDK 0.1.0 batches were stored as.
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(64);
         out.push('{');
@@ -199,10 +209,12 @@ impl Payload {
                 position_ms,
                 duration_ms,
                 content_id,
+                startup_ms,
             } => {
                 num_field(&mut out, "positionMs", *position_ms, true);
                 num_field(&mut out, "durationMs", *duration_ms, false);
                 str_field(&mut out, "contentId", content_id, false);
+                opt_num_field(&mut out, "startupMs", *startup_ms);
             }
             Payload::PlaybackPause {
                 position_ms,
@@ -223,10 +235,18 @@ impl Payload {
                 num_field(&mut out, "positionMs", *position_ms, true);
                 num_field(&mut out, "bufferedMs", *buffered_ms, false);
             }
-            Payload::QualityChange { from, to, bitrate } => {
+            Payload::QualityChange {
+                from,
+                to,
+                bitrate,
+                width,
+                height,
+            } => {
                 str_field(&mut out, "from", from, true);
                 str_field(&mut out, "to", to, false);
                 num_field(&mut out, "bitrate", *bitrate, false);
+                opt_num_field(&mut out, "width", *width);
+                opt_num_field(&mut out, "height", *height);
             }
             Payload::Error {
                 code,
@@ -276,6 +296,27 @@ pub struct Batch {
     pub session_id: String,
     /// 1 to [`crate::MAX_EVENTS`] events.
     pub events: Vec<Event>,
+    /// The optional batch `context` (analytics.md §1); `None` when the body has
+    /// none (SDK 0.1.0). Describes the view, so it is not copied into event rows.
+    pub context: Option<Context>,
+}
+
+/// The batch `context` (analytics.md §1): what sent the batch and what it plays.
+/// Every field is optional on the wire; validation guarantees the limits below
+/// (lengths in Unicode characters).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Context {
+    /// `sdk`: SDK name and version, e.g. `@service/player-sdk@0.2.0` (≤ 64).
+    pub sdk: Option<String>,
+    /// `player`: playback engine, e.g. `hls.js 1.6.2`, `native` (≤ 64).
+    pub player: Option<String>,
+    /// `contentId`: the session's content (≤ 256).
+    pub content_id: Option<String>,
+    /// `src`: the manifest URL the player loads (≤ 2048).
+    pub src: Option<String>,
+    /// `tags`: the SDK config's `session.tags`; at most 20, keys 1–64 and values
+    /// ≤ 256 characters. Empty when absent. A key sent twice keeps its last value.
+    pub tags: BTreeMap<String, String>,
 }
 
 fn key(out: &mut String, name: &str, first: bool) {
@@ -295,6 +336,14 @@ fn str_field(out: &mut String, name: &str, value: &str, first: bool) {
 fn num_field(out: &mut String, name: &str, value: f64, first: bool) {
     key(out, name, first);
     push_json_number(out, value);
+}
+
+/// An optional number after the required fields: written only when present, so
+/// payloads without it keep their 0.1.0 bytes.
+fn opt_num_field(out: &mut String, name: &str, value: Option<f64>) {
+    if let Some(v) = value {
+        num_field(out, name, v, false);
+    }
 }
 
 /// Appends `s` as a JSON string literal.
@@ -349,6 +398,7 @@ mod tests {
             position_ms: 0.0,
             duration_ms: 3_600_000.0,
             content_id: "movie-\"1\"\n".into(),
+            startup_ms: None,
         };
         assert_eq!(
             p.to_json(),
@@ -372,6 +422,8 @@ mod tests {
             from: "720p".into(),
             to: "1080p".into(),
             bitrate: -1.0,
+            width: None,
+            height: None,
         };
         assert_eq!(p.to_json(), r#"{"from":"720p","to":"1080p","bitrate":-1}"#);
         for (i, p) in [
@@ -401,11 +453,50 @@ mod tests {
     }
 
     #[test]
+    fn payload_json_appends_present_optional_fields_after_the_contract_fields() {
+        let p = Payload::PlaybackStart {
+            position_ms: 0.0,
+            duration_ms: 0.0,
+            content_id: "c".into(),
+            startup_ms: Some(1234.5),
+        };
+        assert_eq!(
+            p.to_json(),
+            r#"{"positionMs":0,"durationMs":0,"contentId":"c","startupMs":1234.5}"#
+        );
+        let p = Payload::QualityChange {
+            from: String::new(),
+            to: "720p".into(),
+            bitrate: 1_500_000.0,
+            width: Some(1280.0),
+            height: Some(720.0),
+        };
+        assert_eq!(
+            p.to_json(),
+            r#"{"from":"","to":"720p","bitrate":1500000,"width":1280,"height":720}"#
+        );
+        // Each optional field on its own, in contract order.
+        let only_height = Payload::QualityChange {
+            from: "a".into(),
+            to: "b".into(),
+            bitrate: 1.0,
+            width: None,
+            height: Some(0.0),
+        };
+        assert_eq!(
+            only_height.to_json(),
+            r#"{"from":"a","to":"b","bitrate":1,"height":0}"#
+        );
+    }
+
+    #[test]
     fn payload_json_parses_back() {
         let p = Payload::QualityChange {
             from: "a\u{7f}é😀".into(),
             to: "b".into(),
             bitrate: 0.1,
+            width: None,
+            height: None,
         };
         let v: serde_json::Value = serde_json::from_str(&p.to_json()).expect("valid json");
         assert_eq!(v["from"], "a\u{7f}é😀");

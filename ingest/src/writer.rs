@@ -15,11 +15,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use std::panic::AssertUnwindSafe;
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, oneshot};
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::row::EventRow;
+use crate::row::{bare_records, BatchRecord, EventRow, SinkWrite};
 use crate::sink::{EventSink, SinkError};
 
 /// Tuning of the [`BatchWriter`].
@@ -56,9 +59,10 @@ impl Default for WriterConfig {
     }
 }
 
-/// One request's rows and the channel its outcome is reported on.
+/// One request's rows, its batch records and the channel its outcome is reported on.
 struct Job {
     rows: Vec<EventRow>,
+    batches: Vec<BatchRecord>,
     ack: Ack,
 }
 
@@ -80,15 +84,38 @@ fn closed() -> SinkError {
 }
 
 impl WriterHandle {
+    /// Queues one ingest batch (its rows and its [`BatchRecord`], see
+    /// [`crate::Batch::into_write`]) and waits until both are durably stored (`Ok`) or
+    /// the write that carried them failed (`Err`). Empty `rows` return `Ok` at once.
+    pub async fn submit_batch(
+        &self,
+        rows: Vec<EventRow>,
+        record: BatchRecord,
+    ) -> Result<(), SinkError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.send(rows, vec![record]).await
+    }
+
     /// Queues `rows` and waits until they are durably stored (`Ok`) or the write
     /// that carried them failed (`Err`). An empty `rows` returns `Ok` at once.
+    ///
+    /// The row-only form: each `(owner, session)` in `rows` gets a record without
+    /// context and with an unknown user agent ([`BatchRecord::bare`]); the ingest route
+    /// uses [`WriterHandle::submit_batch`].
     pub async fn submit(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
         if rows.is_empty() {
             return Ok(());
         }
+        let batches = bare_records(&rows);
+        self.send(rows, batches).await
+    }
+
+    async fn send(&self, rows: Vec<EventRow>, batches: Vec<BatchRecord>) -> Result<(), SinkError> {
         let (ack, done) = oneshot::channel();
         self.tx
-            .send(Job { rows, ack })
+            .send(Job { rows, batches, ack })
             .await
             .map_err(|_| closed())?;
         // A dropped ack sender means the writer task died before answering.
@@ -101,6 +128,7 @@ pub struct BatchWriter {
     handle: WriterHandle,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    failure: watch::Receiver<Option<String>>,
 }
 
 impl std::fmt::Debug for BatchWriter {
@@ -125,12 +153,32 @@ impl BatchWriter {
         };
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let (shutdown_tx, shutdown_rx) = oneshot::channel();
-        let task = tokio::spawn(run(sink, config, rx, shutdown_rx));
+        let (failed, failure) = watch::channel(None);
+        let task = tokio::spawn(async move {
+            let ran = AssertUnwindSafe(run(sink, config, rx, shutdown_rx))
+                .catch_unwind()
+                .await;
+            if let Err(payload) = ran {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-text panic payload".to_owned());
+                let _ = failed.send(Some(message));
+            }
+        });
         Self {
             handle: WriterHandle { tx },
             shutdown: Some(shutdown_tx),
             task,
+            failure,
         }
+    }
+
+    /// Becomes `Some(panic message)` if the writer task dies. Its submitters then get
+    /// errors; the server watching this stops the process rather than run without a writer.
+    pub fn failure(&self) -> watch::Receiver<Option<String>> {
+        self.failure.clone()
     }
 
     /// A handle for submitting rows.
@@ -185,11 +233,16 @@ async fn run(
             ) {
                 let sink = sink.clone();
                 in_flight.push(async move {
-                    let (rows, acks) = batch;
-                    let n = rows.len();
-                    let result = sink.write(rows).await;
+                    let (write, acks) = batch;
+                    let n = write.rows.len();
+                    let started = std::time::Instant::now();
+                    let result = sink.write(write).await;
+                    record_insert(sink.name(), n, started.elapsed(), &result);
                     (acks, result, n)
                 });
+                metrics::gauge!("streamwatch_writer_writes_in_flight").set(in_flight.len() as f64);
+                metrics::gauge!("streamwatch_writer_queue_depth")
+                    .set((rx.len() + pending.len()) as f64);
                 continue;
             }
         }
@@ -197,7 +250,10 @@ async fn run(
             break;
         }
         tokio::select! {
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => answer(done),
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                answer(done);
+                metrics::gauge!("streamwatch_writer_writes_in_flight").set(in_flight.len() as f64);
+            }
             job = rx.recv(), if open && slot_free && pending_rows < config.max_rows_per_write => {
                 match job {
                     Some(job) => {
@@ -225,17 +281,24 @@ fn gather(
     pending: &mut VecDeque<Job>,
     pending_rows: &mut usize,
     max_rows: usize,
-) -> Option<(Vec<EventRow>, Vec<Ack>)> {
-    let mut next = |pending: &mut VecDeque<Job>, pending_rows: &mut usize| match pending.pop_front()
-    {
-        Some(job) => {
-            *pending_rows -= job.rows.len();
-            Some(job)
+) -> Option<(SinkWrite, Vec<Ack>)> {
+    // Jobs whose submitter gave up (it answered 500 after its deadline) are dropped
+    // unwritten: writing them would only delay the live ones behind a slow store.
+    let mut next = |pending: &mut VecDeque<Job>, pending_rows: &mut usize| loop {
+        let job = match pending.pop_front() {
+            Some(job) => {
+                *pending_rows -= job.rows.len();
+                job
+            }
+            None => rx.try_recv().ok()?,
+        };
+        if !job.ack.is_closed() {
+            return Some(job);
         }
-        None => rx.try_recv().ok(),
     };
     let first = next(pending, pending_rows)?;
     let mut rows = first.rows;
+    let mut batches = first.batches;
     let mut acks = vec![first.ack];
     while rows.len() < max_rows {
         let Some(job) = next(pending, pending_rows) else {
@@ -247,9 +310,34 @@ fn gather(
             break;
         }
         rows.extend(job.rows);
+        batches.extend(job.batches);
         acks.push(job.ack);
     }
-    Some((rows, acks))
+    Some((SinkWrite { rows, batches }, acks))
+}
+
+/// One insert's metrics: count by result, rows, latency, and failures by kind.
+fn record_insert(
+    sink: &'static str,
+    rows: usize,
+    took: std::time::Duration,
+    result: &Result<(), SinkError>,
+) {
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics::counter!("streamwatch_writer_inserts_total", "sink" => sink, "result" => outcome)
+        .increment(1);
+    metrics::histogram!("streamwatch_writer_insert_rows", "sink" => sink).record(rows as f64);
+    metrics::histogram!("streamwatch_writer_insert_duration_seconds", "sink" => sink)
+        .record(took.as_secs_f64());
+    if let Err(e) = result {
+        let kind = if e.is_retryable() {
+            "retryable"
+        } else {
+            "permanent"
+        };
+        metrics::counter!("streamwatch_writer_store_errors_total", "sink" => sink, "kind" => kind)
+            .increment(1);
+    }
 }
 
 fn answer((acks, result, rows): Done) {
@@ -272,7 +360,6 @@ mod tests {
     use async_trait::async_trait;
     use tokio::sync::Notify;
 
-    use crate::sink::{SessionSummary, StoredEvent};
     use crate::wire::EventType;
 
     /// Records every write; the first write blocks until released, so tests can
@@ -289,7 +376,8 @@ mod tests {
 
     #[async_trait]
     impl EventSink for MockSink {
-        async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
+        async fn write(&self, write: SinkWrite) -> Result<(), SinkError> {
+            let rows = write.rows;
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             if self.gated.swap(false, Ordering::SeqCst) {
@@ -308,11 +396,8 @@ mod tests {
                 .push(rows.iter().map(|r| r.ts_ms).collect());
             Ok(())
         }
-        async fn sessions(&self, _: &str, _: u32) -> Result<Vec<SessionSummary>, SinkError> {
-            Ok(vec![])
-        }
-        async fn session_events(&self, _: &str, _: &str) -> Result<Vec<StoredEvent>, SinkError> {
-            Ok(vec![])
+        async fn ping(&self) -> Result<(), SinkError> {
+            Ok(())
         }
         fn name(&self) -> &'static str {
             "mock"
@@ -338,30 +423,27 @@ mod tests {
         sink
     }
 
-    /// Waits until `n` writes have started (counted by the in-flight gauge peak
-    /// or completed writes).
+    /// Returns once every other task has run as far as it can. The tests run on a
+    /// current-thread runtime with time paused: the clock only moves (and this sleep only
+    /// ends) when no task can make progress, so no event order depends on how fast the
+    /// machine is.
     async fn settle() {
-        for _ in 0..20 {
-            tokio::task::yield_now().await;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn writes_at_once_when_idle() {
         let sink = Arc::new(MockSink::default());
         let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
-        let start = std::time::Instant::now();
+        let start = tokio::time::Instant::now();
         writer.handle().submit(rows(&[1, 2])).await.expect("ok");
-        assert!(
-            start.elapsed() < Duration::from_millis(50),
-            "no fixed delay"
-        );
+        // With the clock paused, any timer the writer waited on would have moved it.
+        assert_eq!(start.elapsed(), Duration::ZERO, "no fixed delay");
         assert_eq!(*sink.writes.lock().expect("lock"), vec![vec![1, 2]]);
         writer.shutdown().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn gathers_concurrent_submitters_into_one_write() {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
@@ -401,7 +483,7 @@ mod tests {
         writer.shutdown().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn failure_reaches_exactly_the_submitters_of_that_write() {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(
@@ -447,7 +529,7 @@ mod tests {
         writer.shutdown().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn caps_rows_per_write_without_splitting_submissions() {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(
@@ -498,7 +580,7 @@ mod tests {
         writer.shutdown().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn shutdown_finishes_queued_and_in_flight_writes() {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
@@ -524,7 +606,7 @@ mod tests {
         assert_eq!(stored, 5);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn several_writes_in_flight_when_configured() {
         let sink = Arc::new(MockSink {
             delay_ms: 200,
@@ -551,7 +633,7 @@ mod tests {
         writer.shutdown().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn parallel_write_waits_for_a_full_size_batch() {
         let sink = gated_sink();
         let writer = BatchWriter::spawn(
@@ -594,12 +676,71 @@ mod tests {
         writer.shutdown().await;
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn empty_submission_is_acknowledged_without_a_write() {
         let sink = Arc::new(MockSink::default());
         let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
         writer.handle().submit(Vec::new()).await.expect("ok");
         writer.shutdown().await;
         assert!(sink.writes.lock().expect("lock").is_empty());
+    }
+
+    /// A panicking sink kills the writer task; `failure()` reports the panic so the server
+    /// can stop instead of answering 500 forever with no writer behind it.
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_in_the_writer_is_reported() {
+        struct Panics;
+        #[async_trait]
+        impl EventSink for Panics {
+            async fn write(&self, _: SinkWrite) -> Result<(), SinkError> {
+                panic!("sink exploded");
+            }
+            async fn ping(&self) -> Result<(), SinkError> {
+                Ok(())
+            }
+            fn name(&self) -> &'static str {
+                "panics"
+            }
+        }
+        let writer = BatchWriter::spawn(Arc::new(Panics), WriterConfig::default());
+        let mut failure = writer.failure();
+        assert!(writer.handle().submit(rows(&[1])).await.is_err());
+        let message = failure
+            .wait_for(Option::is_some)
+            .await
+            .expect("reported")
+            .clone();
+        assert_eq!(message.as_deref(), Some("sink exploded"));
+    }
+
+    /// A submitter that gave up (its request answered 500 after the store deadline) is not
+    /// written: its rows would only delay live submissions behind a slow store.
+    #[tokio::test(start_paused = true)]
+    async fn abandoned_submissions_are_not_written() {
+        let sink = gated_sink();
+        let writer = BatchWriter::spawn(sink.clone(), WriterConfig::default());
+        let h = writer.handle();
+        let first = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[1])).await }
+        });
+        settle().await;
+        let abandoned = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[2])).await }
+        });
+        settle().await;
+        abandoned.abort();
+        settle().await;
+        let live = tokio::spawn({
+            let h = h.clone();
+            async move { h.submit(rows(&[3])).await }
+        });
+        settle().await;
+        sink.gate.notify_one();
+        first.await.expect("join").expect("ok");
+        live.await.expect("join").expect("ok");
+        assert_eq!(*sink.writes.lock().expect("lock"), vec![vec![1], vec![3]]);
+        writer.shutdown().await;
     }
 }

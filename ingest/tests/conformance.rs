@@ -4,13 +4,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{row, session_rows, T0};
-use ingest::{EventSink, EventType, StoredEvent};
+use ingest::{EventType, StoredEvent};
 use serde_json::json;
 
-type Sink = Arc<dyn EventSink>;
+type Sink = common::Handle;
 
 /// (ts offset, type) pairs of stored events, for compact assertions.
 fn keys(events: &[StoredEvent]) -> Vec<(i64, EventType)> {
@@ -292,7 +290,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $case() {
                     let t = crate::common::sqlite().await;
-                    super::$case(t.sink.clone()).await;
+                    super::$case(t.handle()).await;
                     t.finish().await;
                 }
             )*
@@ -302,7 +300,7 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $case() {
                     let t = crate::common::clickhouse().await;
-                    super::$case(t.sink.clone()).await;
+                    super::$case(t.handle()).await;
                     t.finish().await;
                 }
             )*

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingest::{BatchWriter, Durability, EventSink, SqliteOptions, SqliteSink, WriterConfig};
+use ingest::{BatchWriter, Durability, SqliteOptions, SqliteSink, WriterConfig};
 
 const CHILD_ENV: &str = "INGEST_CRASH_CHILD_DIR";
 
@@ -91,9 +91,10 @@ async fn survives_sigkill(durability: &str) {
     );
 
     let sink = SqliteSink::open_in_dir(dir.path()).await.expect("reopen");
+    let store = analytics::Store::sqlite(sink);
     let mut missing = Vec::new();
     for id in &acked {
-        let n = sink
+        let n = store
             .session_events("crash", &format!("b{id}"))
             .await
             .expect("read")

@@ -4,8 +4,9 @@
 
 mod common;
 
+use analytics::Store;
 use common::{clickhouse_config, clickhouse_url, row, session_rows};
-use ingest::{ClickHouseConfig, ClickHouseSink, EventSink, EventType, SqliteSink};
+use ingest::{ClickHouseConfig, ClickHouseSink, EventSink, SqliteSink};
 
 fn raw_client(database: &str) -> clickhouse::Client {
     clickhouse::Client::default()
@@ -45,7 +46,7 @@ async fn clickhouse_creates_database_and_migrates_idempotently() {
             "SELECT count() AS n FROM schema_migrations"
         )
         .await,
-        1,
+        2,
         "each migration recorded once"
     );
     assert_eq!(
@@ -68,8 +69,8 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
     for r in &mut second {
         r.payload = row("u1", "s1", 0, r.event_type, 1234.0).payload;
     }
-    sink.write(first.clone()).await.expect("first");
-    sink.write(second.clone()).await.expect("second");
+    sink.write(first.clone().into()).await.expect("first");
+    sink.write(second.clone().into()).await.expect("second");
     // Unmerged parts hold both copies; FINAL reads one, the first.
     assert_eq!(
         count(
@@ -79,7 +80,10 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
         .await,
         20
     );
-    let events = sink.session_events("u1", "s1").await.expect("read");
+    let events = Store::clickhouse(sink.client().clone())
+        .session_events("u1", "s1")
+        .await
+        .expect("read");
     assert_eq!(events.len(), 10);
     assert_eq!(events[0].payload, first[0].payload);
     // After a forced merge the first version is the one physically kept.
@@ -96,7 +100,10 @@ async fn clickhouse_reads_are_exact_before_and_after_merges() {
         .await,
         10
     );
-    let events = sink.session_events("u1", "s1").await.expect("read");
+    let events = Store::clickhouse(sink.client().clone())
+        .session_events("u1", "s1")
+        .await
+        .expect("read");
     assert_eq!(events[3].payload, first[3].payload);
     drop_db(&config.database).await;
 }
@@ -129,7 +136,7 @@ async fn clickhouse_missing_table_is_permanent() {
         .await
         .expect("drop");
     let err = sink
-        .write(session_rows("u1", "s1", 0, 3))
+        .write(session_rows("u1", "s1", 0, 3).into())
         .await
         .expect_err("no table");
     assert!(!err.is_retryable(), "{err}");
@@ -151,7 +158,7 @@ async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
         let (mode, sync) = sink.write_settings().await.expect("pragmas");
         assert_eq!(mode, "wal");
         assert_eq!(sync, 2, "FULL");
-        sink.write(session_rows("u1", "s1", 0, 12))
+        sink.write(session_rows("u1", "s1", 0, 12).into())
             .await
             .expect("write");
         sink.close().await;
@@ -159,14 +166,18 @@ async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
     assert!(dir.path().join("telemetry.db").exists());
     let sink = SqliteSink::open_in_dir(dir.path()).await.expect("reopen");
     assert_eq!(
-        sink.session_events("u1", "s1").await.expect("read").len(),
+        Store::sqlite(sink.clone())
+            .session_events("u1", "s1")
+            .await
+            .expect("read")
+            .len(),
         12
     );
     let migrations: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM telemetry_migrations")
         .fetch_one(sink.pool())
         .await
         .expect("count");
-    assert_eq!(migrations, 1);
+    assert_eq!(migrations, 2);
 }
 
 /// Committed rows reach the database file without any write paying for it: the
@@ -180,7 +191,7 @@ async fn sqlite_checkpoints_committed_rows_off_the_write_path() {
     let db = dir.path().join("telemetry.db");
     let before = std::fs::metadata(&db).expect("db file").len();
     for i in 0..20 {
-        sink.write(session_rows("u1", &format!("s{i}"), 0, 200))
+        sink.write(session_rows("u1", &format!("s{i}"), 0, 200).into())
             .await
             .expect("write");
     }
@@ -196,14 +207,24 @@ async fn sqlite_checkpoints_committed_rows_off_the_write_path() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(sink.sessions("u1", 100).await.expect("sessions").len(), 20);
+    assert_eq!(
+        Store::sqlite(sink.clone())
+            .sessions("u1", 100)
+            .await
+            .expect("sessions")
+            .len(),
+        20
+    );
 }
 
 #[tokio::test]
 async fn sqlite_unopenable_path_is_an_error() {
-    let err = SqliteSink::open(std::path::Path::new("/proc/definitely/not/here.db"))
-        .await
-        .expect_err("cannot open");
-    let _ = err.is_retryable();
-    let _ = EventType::ALL;
+    let path = std::path::Path::new("/proc/definitely/not/here.db");
+    let err = SqliteSink::open(path).await.expect_err("cannot open");
+    // A path that cannot be opened will not open on a retry either, and the error names it.
+    assert!(!err.is_retryable(), "{err}");
+    assert!(
+        err.to_string().contains("/proc/definitely/not/here.db"),
+        "{err}"
+    );
 }

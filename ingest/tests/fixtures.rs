@@ -1,10 +1,11 @@
 //! Golden wire fixtures (`ingest/fixtures/`), shared with the SDK's tests: every
 //! valid body is accepted, every invalid one gets exactly its expected 400 body.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ingest::{parse_batch, EventType};
+use ingest::{parse_batch, EventType, Payload};
 use serde_json::Value;
 
 fn fixture_dir(kind: &str) -> PathBuf {
@@ -58,6 +59,59 @@ fn all_event_types_fixture_has_each_type_with_every_field() {
         let stored: Value = serde_json::from_str(&e.payload.to_json()).expect("json");
         assert_eq!(&stored, &raw_event["payload"]);
     }
+}
+
+#[test]
+fn sdk_020_fixture_exposes_its_context_and_stores_the_optional_fields() {
+    let path = fixture_dir("valid").join("sdk-0.2.0-full.json");
+    let raw: Value = serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
+    let mut bytes = fs::read(&path).expect("read");
+    let batch = parse_batch(&mut bytes).expect("valid");
+
+    let ctx = batch.context.as_ref().expect("context");
+    let want = &raw["context"];
+    assert_eq!(ctx.sdk.as_deref(), Some("@service/player-sdk@0.2.0"));
+    assert_eq!(ctx.player.as_deref(), want["player"].as_str());
+    assert_eq!(ctx.content_id.as_deref(), want["contentId"].as_str());
+    assert_eq!(ctx.src.as_deref(), want["src"].as_str());
+    let tags: BTreeMap<String, String> = want["tags"]
+        .as_object()
+        .expect("tags")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().expect("string").to_owned()))
+        .collect();
+    assert_eq!(ctx.tags, tags);
+
+    let mut types: Vec<EventType> = batch.events.iter().map(|e| e.event_type()).collect();
+    types.sort();
+    types.dedup();
+    assert_eq!(types, EventType::ALL);
+    // Stored payloads keep every field of the fixture, the optional ones included.
+    for (e, raw_event) in batch
+        .events
+        .iter()
+        .zip(raw["events"].as_array().expect("array"))
+    {
+        let stored: Value = serde_json::from_str(&e.payload.to_json()).expect("json");
+        assert_eq!(&stored, &raw_event["payload"]);
+    }
+    assert!(batch.events.iter().any(|e| matches!(
+        &e.payload,
+        Payload::QualityChange { from, width: Some(_), height: Some(_), .. } if from.is_empty()
+    )));
+    assert!(batch.events.iter().any(|e| matches!(
+        e.payload,
+        Payload::PlaybackStart {
+            startup_ms: Some(_),
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_0_1_0_fixture_has_no_context() {
+    let mut bytes = fs::read(fixture_dir("valid").join("all-event-types.json")).expect("read");
+    assert_eq!(parse_batch(&mut bytes).expect("valid").context, None);
 }
 
 #[test]

@@ -22,7 +22,7 @@ async fn concurrent_submitters_are_all_stored(t: TestSink) {
         task.await.expect("join").expect("acknowledged");
     }
     writer.shutdown().await;
-    let sessions = t.sink.sessions("u1", 500).await.expect("sessions");
+    let sessions = t.store.sessions("u1", 500).await.expect("sessions");
     assert_eq!(sessions.len(), 200);
     assert!(sessions.iter().all(|s| s.event_count == 50));
     t.finish().await;
@@ -70,8 +70,7 @@ async fn clickhouse_failure_is_reported_and_nothing_acknowledged_is_missing() {
         .await
         .expect("stored again");
     writer.shutdown().await;
-    use ingest::EventSink;
-    let ids: Vec<String> = sink
+    let ids: Vec<String> = analytics::Store::clickhouse(sink.client().clone())
         .sessions("u1", 10)
         .await
         .expect("s")

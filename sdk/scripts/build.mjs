@@ -3,11 +3,12 @@
 
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 
 /** The one set of bundle options; dist/index.js is committed, so it must be reproducible. */
 export const bundleOptions = (outfile) => ({
@@ -20,7 +21,7 @@ export const bundleOptions = (outfile) => ({
   target: ['es2020'],
   minify: true,
   legalComments: 'none',
-  banner: { js: '/*! @service/player-sdk 0.1.0 | MIT */' },
+  banner: { js: `/*! @service/player-sdk ${version} | MIT */` },
   logLevel: 'warning',
 });
 

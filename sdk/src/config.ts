@@ -1,5 +1,7 @@
 //! Telemetry configuration: the contract's shape, its defaults and limits, and validation.
 
+import { wireTags } from './batch-context';
+
 /** Configuration passed to `createTelemetry`. */
 export interface TelemetryConfig {
   /** API key minted in the dashboard (`svc_…`); sent as bearer and in the body. */
@@ -7,11 +9,12 @@ export interface TelemetryConfig {
   /** Full URL of the ingest route, e.g. `https://host/api/v1/telemetry`. */
   ingestUrl: string;
   session?: {
-    /** Identifies the content played; sent in `playback_start`. Default `''`. */
+    /** Identifies the content played; sent in `playback_start` and `context.contentId`. Default `''`. */
     contentId?: string;
     /**
-     * Free-form labels of the session. Kept on the client in 0.1.0: the wire format
-     * has no field for them yet, so they are not sent.
+     * Free-form labels of the session, sent as `context.tags` in every batch: at most 20
+     * (the first ones), keys cut to 64 and values to 256 characters; entries with an empty
+     * key or a value that is not a string are left out.
      */
     tags?: Record<string, string>;
   };
@@ -61,7 +64,7 @@ export function resolveConfig(config: TelemetryConfig): ResolvedConfig | string 
     apiKey,
     ingestUrl,
     contentId: typeof s.contentId === 'string' ? s.contentId : '',
-    tags: { ...s.tags },
+    tags: wireTags(s.tags),
     flushIntervalMs: num(o.flushIntervalMs, DEFAULT_FLUSH_INTERVAL_MS, 100, 2 ** 31 - 1),
     maxBatchSize: num(o.maxBatchSize, DEFAULT_MAX_BATCH_SIZE, 1, MAX_BATCH_SIZE),
     debug: o.debug === true,

@@ -20,14 +20,19 @@ export interface PositionPayload {
   bufferedMs: number;
 }
 
-/** Payload fields per event type. Every field is required; numbers are finite. */
+/**
+ * Payload fields per event type; numbers are finite. Fields marked `?` are optional
+ * (analytics.md §1, SDK 0.2.0) and, when present, at least 0; every other field is required.
+ */
 export interface PayloadMap {
-  playback_start: { positionMs: number; durationMs: number; contentId: string };
+  /** `startupMs`: ms from the play intent (the element's first `play`) to the first frame. */
+  playback_start: { positionMs: number; durationMs: number; contentId: string; startupMs?: number };
   playback_pause: PositionPayload;
   playback_resume: PositionPayload;
   rebuffer_start: PositionPayload;
   rebuffer_end: PositionPayload;
-  quality_change: { from: string; to: string; bitrate: number };
+  /** `from` is `''` for the initial rendition (not a switch); `width` × `height` is the new rendition's size. */
+  quality_change: { from: string; to: string; bitrate: number; width?: number; height?: number };
   error: { code: string; message: string; fatal: boolean };
   session_end: { reason: SessionEndReason; durationMs: number };
 }
@@ -42,30 +47,63 @@ export type TelemetryEventInput = {
   [K in EventType]: { type: K; payload: PayloadMap[K] };
 }[EventType];
 
+/**
+ * The batch `context` (analytics.md §1). Limits in characters: `sdk` and `player` 64,
+ * `contentId` 256, `src` 2048; `tags` at most 20, keys 1–64, values at most 256.
+ */
+export interface TelemetryContext {
+  /** SDK name and version, e.g. `@service/player-sdk@0.2.0`. */
+  sdk?: string;
+  /** Playback engine: `hls.js <version>` or `native`. */
+  player?: string;
+  /** The session's content. */
+  contentId?: string;
+  /** The manifest URL the player loads. */
+  src?: string;
+  /** The config's `session.tags`. */
+  tags?: Record<string, string>;
+}
+
 /** Request body of `POST /api/v1/telemetry`. */
 export interface TelemetryBatch {
   apiKey: string;
   sessionId: string;
   events: TelemetryEvent[];
+  /** Sent by SDK 0.2.0 in every batch; optional on the wire. */
+  context?: TelemetryContext;
 }
 
-type FieldKind = 'n' | 's' | 'b';
+/** Number, string, boolean, or optional number at least 0. */
+type FieldKind = 'n' | 's' | 'b' | 'o';
 const POS = { positionMs: 'n', bufferedMs: 'n' } as const;
 
 /** Field name → JSON kind for each type; the wire schema in one table. */
 export const SCHEMA: { [K in EventType]: Record<keyof PayloadMap[K], FieldKind> } = {
-  playback_start: { positionMs: 'n', durationMs: 'n', contentId: 's' },
+  playback_start: { positionMs: 'n', durationMs: 'n', contentId: 's', startupMs: 'o' },
   playback_pause: POS,
   playback_resume: POS,
   rebuffer_start: POS,
   rebuffer_end: POS,
-  quality_change: { from: 's', to: 's', bitrate: 'n' },
+  quality_change: { from: 's', to: 's', bitrate: 'n', width: 'o', height: 'o' },
   error: { code: 's', message: 's', fatal: 'b' },
   session_end: { reason: 's', durationMs: 'n' },
 };
 
 const MAX_STRING = 1024;
 
+/** A surrogate pair, or a lone surrogate (the only thing the replacement below changes). */
+const SURROGATES = /[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]/g;
+
+/**
+ * `s` fit for the wire: a lone surrogate becomes U+FFFD (JSON.stringify would send it as an
+ * escape the server refuses as invalid JSON, failing the whole batch), then it is cut to at
+ * most `max` characters. Characters are code points, as the server counts them, so a cut
+ * never splits a pair.
+ */
+export function cut(s: string, max: number): string {
+  s = s.replace(SURROGATES, (m) => (m.length > 1 ? m : '\ufffd'));
+  return s.length <= max ? s : Array.from(s).slice(0, max).join('');
+}
 /**
  * A finite number for the wire: NaN and ±Infinity (a live stream's duration, a
  * position before metadata) become 0, everything else is rounded to an integer.
@@ -75,9 +113,11 @@ export const finite = (v: unknown): number =>
 
 /**
  * Builds the wire payload of `type` from `payload`: exactly the schema's keys, in
- * schema order, non-finite numbers as 0, strings cut to 1024 characters. Returns
- * undefined when the type is unknown or a field is missing or of the wrong JSON type,
- * so one bad custom event can never make the server reject a whole batch.
+ * schema order, non-finite numbers as 0, strings cut to 1024 characters. An optional
+ * field is kept only when it is a finite number of at least 0 (the server refuses a
+ * negative one; 0 would be a made-up value). Returns undefined when the type is unknown
+ * or a required field is missing or of the wrong JSON type, so one bad custom event can
+ * never make the server reject a whole batch.
  */
 export function toWirePayload(type: string, payload: unknown): Record<string, unknown> | undefined {
   const fields = (SCHEMA as Record<string, Record<string, FieldKind>>)[type];
@@ -89,8 +129,10 @@ export function toWirePayload(type: string, payload: unknown): Record<string, un
   for (const key in fields) {
     const v = src[key];
     const kind = fields[key];
-    if (kind === 'n' && typeof v === 'number') out[key] = finite(v);
-    else if (kind === 's' && typeof v === 'string') out[key] = v.slice(0, MAX_STRING);
+    if (kind === 'o') {
+      if (typeof v === 'number' && v >= 0 && v < Infinity) out[key] = Math.round(v);
+    } else if (kind === 'n' && typeof v === 'number') out[key] = finite(v);
+    else if (kind === 's' && typeof v === 'string') out[key] = cut(v, MAX_STRING);
     else if (kind === 'b' && typeof v === 'boolean') out[key] = v;
     else return undefined;
   }

@@ -1,13 +1,21 @@
 //! Public entry of @service/player-sdk: `createTelemetry` and the wire types.
 
 import { resolveConfig, MAX_BUFFERED_EVENTS, type TelemetryConfig } from './config';
-import { isoMs, toWirePayload, type EventType, type SessionEndReason, type TelemetryEventInput } from './events';
+import {
+  isoMs,
+  toWirePayload,
+  type EventType,
+  type SessionEndReason,
+  type TelemetryEvent,
+  type TelemetryEventInput,
+} from './events';
 import { guard, makeLog, monotonicClock, newSessionId } from './session';
 import { Batcher } from './transport/batcher';
 import { byteLength, postBatch } from './transport/send';
 import { attachMediaElement } from './adapters/media-element';
 import { attachHls, type HlsLike } from './adapters/hlsjs';
 import type { AdapterContext } from './adapters/context';
+import { manifestUrl, playerName, wireContext } from './batch-context';
 
 export type { TelemetryConfig } from './config';
 export type {
@@ -16,6 +24,7 @@ export type {
   PositionPayload,
   SessionEndReason,
   TelemetryBatch,
+  TelemetryContext,
   TelemetryEvent,
   TelemetryEventInput,
 } from './events';
@@ -76,13 +85,19 @@ function start(cfg: Exclude<ReturnType<typeof resolveConfig>, string>, sessionId
   const startedAt = perfNow();
   const detachers = new Set<() => void>();
   let ended = false;
+  // Set by the latest attach and kept after detach: buffered events still belong to that playback.
+  let player = '';
+  let source = (): string => '';
+  // Built per batch: src becomes known (or changes) while the session runs.
+  const body = (events: TelemetryEvent[]): string =>
+    JSON.stringify({ apiKey, sessionId, events, context: wireContext(cfg.contentId, cfg.tags, player, guard(log, source)() || '') });
 
   const batcher = new Batcher({
     maxBatchSize: cfg.maxBatchSize,
     flushIntervalMs: cfg.flushIntervalMs,
     maxBuffered: MAX_BUFFERED_EVENTS,
-    envelopeBytes: byteLength(JSON.stringify({ apiKey, sessionId, events: [] })),
-    send: (events) => postBatch(ingestUrl, apiKey, JSON.stringify({ apiKey, sessionId, events }), log),
+    envelopeBytes: () => byteLength(body([])),
+    send: (events) => postBatch(ingestUrl, apiKey, body(events), log),
     log,
   });
 
@@ -124,6 +139,8 @@ function start(cfg: Exclude<ReturnType<typeof resolveConfig>, string>, sessionId
     }
     const ctx: AdapterContext = { emit: push, end, contentId: cfg.contentId, log, now: perfNow };
     const hls = opts && opts.hls;
+    player = playerName(hls);
+    source = () => manifestUrl(video, hls);
     const offs = [attachMediaElement(video, ctx, !!hls)];
     if (hls) offs.push(attachHls(hls, ctx));
     const detach = guard(log, () => {

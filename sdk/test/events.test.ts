@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { finite, isoMs, SCHEMA, toWirePayload } from '../src/events';
+import { cut, finite, isoMs, SCHEMA, toWirePayload } from '../src/events';
 
 describe('toWirePayload', () => {
   it('knows exactly the eight contract types', () => {
@@ -32,6 +32,51 @@ describe('toWirePayload', () => {
     expect(finite(undefined)).toBe(0);
     const p = toWirePayload('error', { code: 'c', message: 'x'.repeat(5000), fatal: false })!;
     expect((p.message as string).length).toBe(1024);
+  });
+});
+
+describe('optional payload fields', () => {
+  it('keeps startupMs, width and height when finite and at least 0, rounded', () => {
+    expect(toWirePayload('playback_start', { positionMs: 0, durationMs: 0, contentId: 'c', startupMs: 412.6 })).toEqual({
+      positionMs: 0,
+      durationMs: 0,
+      contentId: 'c',
+      startupMs: 413,
+    });
+    expect(toWirePayload('quality_change', { height: 720, width: 1280, from: '', to: '720p', bitrate: 1 })).toEqual({
+      from: '',
+      to: '720p',
+      bitrate: 1,
+      width: 1280,
+      height: 720,
+    });
+    expect(JSON.stringify(toWirePayload('quality_change', { from: '', to: 'a', bitrate: 1, width: 0, height: 0 }))).toBe(
+      '{"from":"","to":"a","bitrate":1,"width":0,"height":0}',
+    );
+  });
+
+  it('leaves out an optional field that is absent, negative, non-finite or not a number, and keeps the event', () => {
+    const start = { positionMs: 0, durationMs: 0, contentId: 'c' };
+    for (const startupMs of [undefined, -1, -0.6, NaN, Infinity, '412', null]) {
+      expect(toWirePayload('playback_start', { ...start, startupMs }), String(startupMs)).toEqual(start);
+    }
+    const q = { from: 'a', to: 'b', bitrate: 1 };
+    expect(toWirePayload('quality_change', { ...q, width: -1, height: 720 })).toEqual({ ...q, height: 720 });
+    expect(toWirePayload('quality_change', { ...q, width: '1280', height: Infinity })).toEqual(q);
+  });
+});
+
+describe('cut', () => {
+  it('counts code points like the server and never splits a surrogate pair', () => {
+    expect(cut('😀'.repeat(3), 2)).toBe('😀😀');
+    expect(cut('ab😀', 3)).toBe('ab😀');
+    expect(cut('abcd', 3)).toBe('abc');
+  });
+
+  it('replaces lone surrogates (the server refuses them as invalid JSON)', () => {
+    expect(cut('a\ud83d', 10)).toBe('a\ufffd');
+    expect(cut('\ude00b\ud83d\ude00', 10)).toBe('\ufffdb😀');
+    expect(JSON.stringify(cut('x\udc00', 5))).toBe('"x\ufffd"');
   });
 });
 

@@ -29,6 +29,7 @@ export function countListeners<T extends { addEventListener: any; removeEventLis
 
 /** The parts of HTMLMediaElement the adapter reads, with helpers that fire events like a browser. */
 export class FakeVideo extends EventTarget {
+  currentSrc = '';
   currentTime = 0;
   duration = NaN;
   paused = true;
@@ -80,14 +81,16 @@ export class FakeVideo extends EventTarget {
 
 type Listener = (event: string, data: unknown) => void;
 
-/** hls.js stand-in: on/off/trigger, levels, currentLevel, and the static Events names. */
+/** hls.js stand-in: on/off/trigger, levels, currentLevel, url, and the static Events names and version. */
 export class FakeHls {
   static Events = { LEVEL_SWITCHED: 'hlsLevelSwitched', ERROR: 'hlsError' };
+  static version = '1.7.4';
   levels = [
-    { height: 360, bitrate: 400_000, name: '' },
-    { height: 720, bitrate: 1_500_000, name: '' },
+    { width: 640, height: 360, bitrate: 400_000, name: '' },
+    { width: 1280, height: 720, bitrate: 1_500_000, name: '' },
   ];
   currentLevel = -1;
+  url: string | null = null;
   listeners = new Map<string, Set<Listener>>();
   on(event: string, fn: Listener) {
     if (!this.listeners.has(event)) this.listeners.set(event, new Set());

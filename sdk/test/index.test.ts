@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTelemetry } from '../src/index';
 import { MAX_BUFFERED_EVENTS } from '../src/config';
+import { SDK_NAME } from '../src/batch-context';
 import { config, fakeFetch, fakePage, FakeVideo, FakeHls } from './helpers';
 
 let page: ReturnType<typeof fakePage>;
@@ -34,7 +35,7 @@ describe('createTelemetry', () => {
     expect(f.calls).toHaveLength(2);
     for (const c of f.calls) {
       expect(c.url).toBe('https://ingest.example/api/v1/telemetry');
-      expect(Object.keys(c.body)).toEqual(['apiKey', 'sessionId', 'events']);
+      expect(Object.keys(c.body)).toEqual(['apiKey', 'sessionId', 'events', 'context']);
       expect(c.body.apiKey).toBe('svc_test');
       expect(c.body.sessionId).toBe(t.sessionId);
       expect((c.init.headers as Record<string, string>).authorization).toBe('Bearer svc_test');
@@ -193,6 +194,118 @@ describe('createTelemetry', () => {
     ]);
     const raw = JSON.stringify(f.calls.map((c) => c.body));
     expect(raw).not.toMatch(/NaN|Infinity|null/);
+  });
+});
+
+describe('batch context', () => {
+  const contexts = (f: ReturnType<typeof fakeFetch>) => f.calls.map((c) => c.body.context);
+
+  it('is in every batch: sdk, contentId and tags from the start; player and src once attached', async () => {
+    const f = fakeFetch();
+    const t = createTelemetry(config({ maxBatchSize: 1 }));
+    t.emit(pause);
+    const v = new FakeVideo();
+    t.attach(v.asMedia());
+    t.emit(pause);
+    v.currentSrc = 'https://cdn.example.com/a/master.m3u8';
+    t.emit(pause);
+    await t.end();
+    const base = { sdk: '@service/player-sdk@0.2.0', contentId: 'movie-42', tags: { env: 'test' } };
+    expect(SDK_NAME).toBe(base.sdk);
+    expect(contexts(f)).toEqual([
+      base,
+      { ...base, player: 'native' },
+      { ...base, player: 'native', src: 'https://cdn.example.com/a/master.m3u8' },
+      { ...base, player: 'native', src: 'https://cdn.example.com/a/master.m3u8' },
+    ]);
+    // Field order on the wire: sdk, player, contentId, src, tags.
+    expect(Object.keys(f.calls[3].body.context!)).toEqual(['sdk', 'player', 'contentId', 'src', 'tags']);
+  });
+
+  it('names hls.js with its version and takes src from hls.url, not the element (a blob: URL under MSE)', async () => {
+    const f = fakeFetch();
+    const t = createTelemetry(config());
+    const v = new FakeVideo();
+    v.currentSrc = 'blob:https://app.example/1f0c';
+    const hls = new FakeHls();
+    hls.url = 'https://cdn.example.com/b/master.m3u8';
+    t.attach(v.asMedia(), { hls });
+    await t.end();
+    expect(contexts(f)).toEqual([
+      {
+        sdk: '@service/player-sdk@0.2.0',
+        player: 'hls.js 1.7.4',
+        contentId: 'movie-42',
+        src: 'https://cdn.example.com/b/master.m3u8',
+        tags: { env: 'test' },
+      },
+    ]);
+  });
+
+  it('says hls.js without a version when the instance has none, and leaves out unknown or empty fields', async () => {
+    const f = fakeFetch();
+    const t = createTelemetry({ apiKey: 'svc_k', ingestUrl: 'https://h/api/v1/telemetry', session: { tags: {} } });
+    const hls = { on() {}, off() {}, url: null };
+    const v = new FakeVideo();
+    v.currentSrc = 'blob:https://app.example/2';
+    t.attach(v.asMedia(), { hls });
+    t.emit(pause);
+    await t.end();
+    expect(contexts(f)).toEqual([{ sdk: '@service/player-sdk@0.2.0', player: 'hls.js' }]);
+    const g = fakeFetch();
+    const t2 = createTelemetry({ apiKey: 'svc_k', ingestUrl: 'https://h/api/v1/telemetry' });
+    const native = new FakeVideo();
+    native.currentSrc = 'blob:https://app.example/3';
+    t2.attach(native.asMedia());
+    await t2.end();
+    expect(contexts(g)).toEqual([{ sdk: '@service/player-sdk@0.2.0', player: 'native' }]);
+  });
+
+  it('keeps every field within the server limits: cut, not refused', async () => {
+    const f = fakeFetch();
+    const tags: Record<string, unknown> = { ['k'.repeat(70)]: 'long key', empty: '', '': 'no key', n: 3, ok: 'v'.repeat(300) };
+    for (let i = 0; i < 30; i++) tags[`t${i}`] = `${i}`;
+    const t = createTelemetry({
+      apiKey: 'svc_k',
+      ingestUrl: 'https://h/api/v1/telemetry',
+      session: { contentId: '😀'.repeat(300), tags: tags as Record<string, string> },
+    });
+    const v = new FakeVideo();
+    v.currentSrc = 'https://cdn.example.com/' + 'p'.repeat(3000);
+    t.attach(v.asMedia());
+    v.play();
+    await t.end();
+    const ctx = f.calls[0].body.context!;
+    expect(ctx.contentId).toBe('😀'.repeat(256));
+    expect(ctx.src).toBe(('https://cdn.example.com/' + 'p'.repeat(3000)).slice(0, 2048));
+    const sentTags = ctx.tags!;
+    expect(Object.keys(sentTags)).toEqual([
+      'k'.repeat(64),
+      'empty',
+      'ok',
+      ...Array.from({ length: 17 }, (_, i) => `t${i}`),
+    ]);
+    expect(sentTags['k'.repeat(64)]).toBe('long key');
+    expect(sentTags.empty).toBe('');
+    expect(sentTags.ok).toBe('v'.repeat(256));
+    // playback_start keeps the longer contentId its payload allows (1024 characters).
+    expect(f.events[0].payload).toMatchObject({ contentId: '😀'.repeat(300) });
+  });
+
+  it('still sends the batch when reading the source throws', async () => {
+    const f = fakeFetch();
+    const t = createTelemetry(config());
+    const v = new FakeVideo();
+    Object.defineProperty(v, 'currentSrc', {
+      get() {
+        throw new Error('gone');
+      },
+    });
+    t.attach(v.asMedia());
+    t.emit(pause);
+    await t.end();
+    expect(f.types).toEqual(['playback_pause', 'session_end']);
+    expect(contexts(f)).toEqual([{ sdk: '@service/player-sdk@0.2.0', player: 'native', contentId: 'movie-42', tags: { env: 'test' } }]);
   });
 });
 

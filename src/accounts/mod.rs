@@ -7,8 +7,7 @@ pub mod token;
 
 use std::sync::Arc;
 
-use sqlx::any::AnyRow;
-use sqlx::Row;
+use tokio::sync::Semaphore;
 
 use crate::db::{Db, DbError};
 use crate::time::{new_id, now_ms};
@@ -18,6 +17,34 @@ use token::{sha256_hex, CookieSigner};
 pub const SESSION_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
 /// A session older than this since its last refresh is extended when used.
 pub const SESSION_REFRESH_MS: i64 = 24 * 3600 * 1000;
+
+/// Longest sign-up `name`, in characters (decisions.md §10).
+pub const NAME_MAX: usize = 120;
+
+/// Why a user `name` is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameProblem {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most 120 characters")]
+    TooLong,
+    #[error("must not contain control or invisible formatting characters")]
+    ForbiddenChars,
+}
+
+/// Checks a user `name`: 1–[`NAME_MAX`] characters, no control or format characters.
+pub fn check_name(name: &str) -> Result<(), NameProblem> {
+    let n = name.chars().count();
+    if crate::validation::has_forbidden_chars(name) {
+        Err(NameProblem::ForbiddenChars)
+    } else if n == 0 {
+        Err(NameProblem::Empty)
+    } else if n > NAME_MAX {
+        Err(NameProblem::TooLong)
+    } else {
+        Ok(())
+    }
+}
 
 /// The public face of a user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,17 +107,37 @@ pub struct Accounts {
     signer: CookieSigner,
     /// Verified against when the e-mail is unknown, so both failures cost the same time.
     dummy_hash: Arc<str>,
+    /// One permit per core: argon2 takes 19 MiB and a core for tens of milliseconds, so a
+    /// burst of sign-ins queues here instead of filling memory (decisions.md §10).
+    hashing: Arc<Semaphore>,
 }
 
 impl Accounts {
     pub fn new(db: Db, secret: &[u8]) -> Result<Self, AccountError> {
         let dummy_hash =
             password::hash("streamwatch-timing-equaliser").map_err(|_| AccountError::Hashing)?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Ok(Self {
             db,
             signer: CookieSigner::new(secret),
             dummy_hash: dummy_hash.into(),
+            hashing: Arc::new(Semaphore::new(cores)),
         })
+    }
+
+    /// Runs one password hash or verification on the blocking pool, at most one per core.
+    async fn hashing<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, AccountError> {
+        let _permit = self
+            .hashing
+            .acquire()
+            .await
+            .map_err(|_| AccountError::Hashing)?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|_| AccountError::Hashing)
     }
 
     /// Creates the user and its first session. `email` must already be normalised.
@@ -104,50 +151,81 @@ impl Accounts {
             return Err(AccountError::EmailTaken);
         }
         let pw = password.to_owned();
-        let phc = tokio::task::spawn_blocking(move || password::hash(&pw))
-            .await
-            .map_err(|_| AccountError::Hashing)?
+        let phc = self
+            .hashing(move || password::hash(&pw))
+            .await?
             .map_err(|_| AccountError::Hashing)?;
         let user = User {
             id: new_id(),
             email: email.to_owned(),
             name: name.to_owned(),
         };
+        self.insert_user(&user, &phc).await?;
+        self.issue(user).await
+    }
+
+    /// Creates a user with a generated password, for operators of deployments with sign-up
+    /// closed (`streamwatch users add`). Returns the user and the password, shown once.
+    pub async fn add_user(&self, name: &str, email: &str) -> Result<(User, String), AccountError> {
+        if self.find_user_by_email(email).await?.is_some() {
+            return Err(AccountError::EmailTaken);
+        }
+        // The first 32 characters of a 256-bit URL-safe token: 192 bits, within the 8–128 rule.
+        let password = token::new_token().chars().take(32).collect::<String>();
+        let pw = password.clone();
+        let phc = self
+            .hashing(move || password::hash(&pw))
+            .await?
+            .map_err(|_| AccountError::Hashing)?;
+        let user = User {
+            id: new_id(),
+            email: email.to_owned(),
+            name: name.to_owned(),
+        };
+        self.insert_user(&user, &phc).await?;
+        Ok((user, password))
+    }
+
+    async fn insert_user(&self, user: &User, phc: &str) -> Result<(), AccountError> {
         let inserted = sqlx::query(
             "INSERT INTO users (id, email, name, password_hash, created_at) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(&user.id)
         .bind(&user.email)
         .bind(&user.name)
-        .bind(&phc)
+        .bind(phc)
         .bind(now_ms())
         .execute(&self.db.pool)
         .await
         .map_err(DbError);
         match inserted {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             // Two sign-ups racing for one e-mail: the loser gets the same answer as if it came second.
-            Err(e) if e.is_unique_violation() => return Err(AccountError::EmailTaken),
-            Err(e) => return Err(e.into()),
+            Err(e) if e.is_unique_violation() => Err(AccountError::EmailTaken),
+            Err(e) => Err(e.into()),
         }
-        self.issue(user).await
     }
 
     /// Checks the password and issues a fresh session (a new token at every sign-in).
     pub async fn sign_in(&self, email: &str, password: &str) -> Result<Issued, AccountError> {
-        let found =
-            sqlx::query("SELECT id, email, name, password_hash FROM users WHERE email = $1")
+        let found: Option<UserRow> =
+            sqlx::query_as("SELECT id, email, name, password_hash FROM users WHERE email = $1")
                 .bind(email)
                 .fetch_optional(&self.db.pool)
                 .await?;
         let (user, phc) = match found {
-            Some(r) => (user_from_row(&r), r.get::<String, _>("password_hash")),
+            Some(r) => (
+                Some(User {
+                    id: r.id,
+                    email: r.email,
+                    name: r.name,
+                }),
+                r.password_hash,
+            ),
             None => (None, self.dummy_hash.to_string()),
         };
         let pw = password.to_owned();
-        let ok = tokio::task::spawn_blocking(move || password::verify(&pw, &phc))
-            .await
-            .map_err(|_| AccountError::Hashing)?;
+        let ok = self.hashing(move || password::verify(&pw, &phc)).await?;
         match user {
             Some(user) if ok => self.issue(user).await,
             _ => Err(AccountError::InvalidCredentials),
@@ -177,6 +255,7 @@ impl Accounts {
         .execute(&self.db.pool)
         .await?;
         let cookie_value = self.signer.sign(&token);
+        metrics::counter!("streamwatch_auth_sessions_created_total").increment(1);
         Ok(Issued {
             token,
             cookie_value,
@@ -193,9 +272,9 @@ impl Accounts {
         let Some(token) = self.signer.verify(cookie_value) else {
             return Ok(None);
         };
-        let row = sqlx::query(
+        let row: Option<SessionUserRow> = sqlx::query_as(
             "SELECT s.id AS sid, s.user_id, s.created_at, s.updated_at, s.expires_at, \
-                    u.id, u.email, u.name \
+                    u.email, u.name \
              FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = $1",
         )
         .bind(sha256_hex(token))
@@ -203,12 +282,17 @@ impl Accounts {
         .await?;
         let Some(row) = row else { return Ok(None) };
         let now = now_ms();
+        let user = User {
+            id: row.user_id.clone(),
+            email: row.email,
+            name: row.name,
+        };
         let mut session = Session {
-            id: row.get("sid"),
-            user_id: row.get("user_id"),
-            created_at: row.get("created_at"),
-            updated_at: row.get("updated_at"),
-            expires_at: row.get("expires_at"),
+            id: row.sid,
+            user_id: row.user_id,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            expires_at: row.expires_at,
         };
         if session.expires_at <= now {
             sqlx::query("DELETE FROM sessions WHERE id = $1")
@@ -217,7 +301,6 @@ impl Accounts {
                 .await?;
             return Ok(None);
         }
-        let user = user_from_row(&row).ok_or(AccountError::InvalidCredentials)?;
         let mut refreshed_cookie = None;
         if now - session.updated_at >= SESSION_REFRESH_MS {
             session.updated_at = now;
@@ -249,11 +332,12 @@ impl Accounts {
     }
 
     async fn find_user_by_email(&self, email: &str) -> Result<Option<User>, AccountError> {
-        let row = sqlx::query("SELECT id, email, name FROM users WHERE email = $1")
-            .bind(email)
-            .fetch_optional(&self.db.pool)
-            .await?;
-        Ok(row.as_ref().and_then(user_from_row))
+        let row: Option<(String, String, String)> =
+            sqlx::query_as("SELECT id, email, name FROM users WHERE email = $1")
+                .bind(email)
+                .fetch_optional(&self.db.pool)
+                .await?;
+        Ok(row.map(|(id, email, name)| User { id, email, name }))
     }
 
     /// Test and maintenance hook: moves a session's clock back by `ms` (expiry and refresh).
@@ -271,19 +355,36 @@ impl Accounts {
     }
 }
 
-fn user_from_row(r: &AnyRow) -> Option<User> {
-    Some(User {
-        id: r.try_get("id").ok()?,
-        email: r.try_get("email").ok()?,
-        name: r.try_get("name").ok()?,
-    })
+/// A user row with its password hash (sign-in).
+#[derive(sqlx::FromRow)]
+struct UserRow {
+    id: String,
+    email: String,
+    name: String,
+    password_hash: String,
+}
+
+/// A session joined with its user (cookie authentication).
+#[derive(sqlx::FromRow)]
+struct SessionUserRow {
+    sid: String,
+    user_id: String,
+    created_at: i64,
+    updated_at: i64,
+    expires_at: i64,
+    email: String,
+    name: String,
 }
 
 /// Lower-cased, trimmed e-mail if it is plausibly deliverable: one `@`, a non-empty local
 /// part, a dotted domain, no whitespace or control characters, at most 254 bytes.
 pub fn normalize_email(raw: &str) -> Option<String> {
     let e = raw.trim();
-    if e.is_empty() || e.len() > 254 || e.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if e.is_empty()
+        || e.len() > 254
+        || e.chars()
+            .any(|c| c.is_whitespace() || crate::validation::is_forbidden_char(c))
+    {
         return None;
     }
     let (local, domain) = e.split_once('@')?;
@@ -308,6 +409,42 @@ pub fn normalize_email(raw: &str) -> Option<String> {
 mod tests {
     use super::normalize_email;
 
+    /// At most one password hash per core runs at once; the rest wait (400 concurrent sign-ins
+    /// once took 1 GiB of argon2 memory).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn password_hashing_is_bounded_by_the_cores() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().expect("dir");
+        let db = crate::db::Db::connect(None, dir.path()).await.expect("db");
+        let accounts = super::Accounts::new(db, &[7u8; 32]).expect("accounts");
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let jobs: Vec<_> = (0..24)
+            .map(|_| {
+                let (a, running, most) = (accounts.clone(), running.clone(), most.clone());
+                tokio::spawn(async move {
+                    a.hashing(move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for j in jobs {
+            j.await.expect("join").expect("hashed");
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            (1..=cores).contains(&most),
+            "{most} hashes at once on {cores} cores"
+        );
+    }
+
     #[test]
     fn email_rules() {
         assert_eq!(
@@ -327,6 +464,10 @@ mod tests {
             "a@-b.io",
             "a@b.io\u{7}",
             "a\u{0}@b.io",
+            // Zero-width and BOM characters would make a second account that looks identical.
+            "ada\u{200b}@example.com",
+            "\u{feff}ada@example.com",
+            "ada@exa\u{200d}mple.com",
         ] {
             assert!(normalize_email(bad).is_none(), "{bad:?}");
         }

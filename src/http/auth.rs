@@ -8,30 +8,117 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
-use super::error::ApiError;
+use super::error::{ApiError, AuthErrorBody, ErrorBody};
 use super::extract::{clear_cookie, foreign_origin, session_cookie, set_cookie, SmallBody};
 use super::AppState;
-use crate::accounts::{normalize_email, Issued, Session, User};
-use crate::time::iso_ms;
+use crate::accounts::{check_name, normalize_email, Issued, NameProblem, Session, User, NAME_MAX};
+use crate::config::Signup;
+use crate::time::Timestamp;
 use crate::validation::type_name;
 
 const PASSWORD_MIN: usize = 8;
 const PASSWORD_MAX: usize = 128;
 
-fn user_json(u: &User) -> Value {
-    json!({ "id": u.id, "email": u.email, "name": u.name })
+/// `POST /api/auth/sign-up/email`.
+#[derive(ToSchema)]
+#[allow(dead_code)] // documents the body; parsed with better-auth's messages
+pub struct SignUpBody {
+    /// 1–120 characters.
+    #[schema(min_length = 1, max_length = 120, example = "Ada")]
+    name: String,
+    #[schema(format = Email, example = "ada@example.com")]
+    email: String,
+    /// 8–128 characters.
+    #[schema(min_length = 8, max_length = 128, example = "correct-horse-battery")]
+    password: String,
 }
 
-fn session_json(s: &Session) -> Value {
-    json!({
-        "id": s.id,
-        "userId": s.user_id,
-        "createdAt": iso_ms(s.created_at),
-        "updatedAt": iso_ms(s.updated_at),
-        "expiresAt": iso_ms(s.expires_at),
-    })
+/// `POST /api/auth/sign-in/email`.
+#[derive(ToSchema)]
+#[allow(dead_code)] // documents the body; parsed with better-auth's messages
+pub struct SignInBody {
+    #[schema(format = Email, example = "ada@example.com")]
+    email: String,
+    #[schema(example = "correct-horse-battery")]
+    password: String,
+}
+
+/// The user record (`id`, `email`, `name`).
+#[derive(Serialize, ToSchema)]
+pub struct UserBody {
+    pub email: String,
+    pub id: String,
+    pub name: String,
+}
+
+impl From<&User> for UserBody {
+    fn from(u: &User) -> Self {
+        Self {
+            email: u.email.clone(),
+            id: u.id.clone(),
+            name: u.name.clone(),
+        }
+    }
+}
+
+/// A session (the token itself is only in the cookie).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionBody {
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub id: String,
+    pub updated_at: Timestamp,
+    pub user_id: String,
+}
+
+impl From<&Session> for SessionBody {
+    fn from(s: &Session) -> Self {
+        Self {
+            created_at: Timestamp(s.created_at),
+            expires_at: Timestamp(s.expires_at),
+            id: s.id.clone(),
+            updated_at: Timestamp(s.updated_at),
+            user_id: s.user_id.clone(),
+        }
+    }
+}
+
+/// The answer of sign-up: the session token (also set as the cookie) and the user.
+#[derive(Serialize, ToSchema)]
+pub struct SignUpAnswer {
+    pub token: String,
+    pub user: UserBody,
+}
+
+/// The answer of sign-in (better-auth's shape).
+#[derive(Serialize, ToSchema)]
+pub struct SignInAnswer {
+    /// Always `false`.
+    pub redirect: bool,
+    pub token: String,
+    /// Always `null`.
+    #[schema(value_type = Option<String>)]
+    pub url: Option<String>,
+    pub user: UserBody,
+}
+
+/// The answer of sign-out.
+#[derive(Serialize, ToSchema)]
+pub struct SignOutAnswer {
+    /// Always `true`.
+    pub success: bool,
+}
+
+/// The answer of get-session when signed in (else `null`).
+#[derive(Serialize, ToSchema)]
+pub struct SessionAnswer {
+    pub session: SessionBody,
+    pub user: UserBody,
 }
 
 fn validation(message: String) -> ApiError {
@@ -65,6 +152,55 @@ fn email_field(body: &Map<String, Value>) -> Result<String, ApiError> {
         .ok_or_else(|| validation("[body.email] Invalid email address".into()))
 }
 
+/// better-auth's wording (zod v4) for a refused `name`.
+fn name_field(body: &Map<String, Value>) -> Result<&str, ApiError> {
+    let name = string_field(body, "name")?;
+    check_name(name).map_err(|problem| {
+        validation(match problem {
+            NameProblem::Empty => {
+                "[body.name] Too small: expected string to have >=1 characters".to_owned()
+            }
+            NameProblem::TooLong => {
+                format!("[body.name] Too big: expected string to have <={NAME_MAX} characters")
+            }
+            NameProblem::ForbiddenChars => {
+                "[body.name] Invalid input: must not contain control or invisible formatting characters"
+                    .to_owned()
+            }
+        })
+    })?;
+    Ok(name)
+}
+
+/// Sign-in and sign-up from another site's page are refused outright: a forged sign-in would
+/// put the victim's browser into the attacker's account (login CSRF).
+fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    if foreign_origin(&axum::http::Method::POST, headers) {
+        return Err(ApiError::auth(
+            StatusCode::BAD_REQUEST,
+            "INVALID_ORIGIN",
+            "Invalid origin",
+        ));
+    }
+    Ok(())
+}
+
+/// The metric label of a sign-in or sign-up's outcome (a small fixed set).
+fn outcome(r: &Result<Response, ApiError>) -> &'static str {
+    match r {
+        Ok(_) => "success",
+        Err(ApiError::TooManyRequests(_)) => "rate_limited",
+        Err(ApiError::Auth { code, .. }) => match *code {
+            "INVALID_EMAIL_OR_PASSWORD" => "invalid_credentials",
+            "USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL" => "email_taken",
+            "INVALID_ORIGIN" => "invalid_origin",
+            "SIGNUP_DISABLED" => "disabled",
+            _ => "invalid_input",
+        },
+        Err(_) => "error",
+    }
+}
+
 fn rate_limit(state: &AppState, peer: SocketAddr) -> Result<(), ApiError> {
     state
         .rate
@@ -72,21 +208,51 @@ fn rate_limit(state: &AppState, peer: SocketAddr) -> Result<(), ApiError> {
         .map_err(ApiError::TooManyRequests)
 }
 
-fn issued_response(issued: Issued, body: Value) -> Response {
+fn issued_response(issued: Issued, body: impl Serialize) -> Response {
     let mut r = Json(body).into_response();
     r.headers_mut()
         .insert(header::SET_COOKIE, set_cookie(&issued.cookie_value));
     r
 }
 
+/// Create an account and sign in (better-auth's route).
+#[utoipa::path(post, path = "/api/auth/sign-up/email", operation_id = "signUp", tag = "accounts",
+    request_body = SignUpBody,
+    responses(
+        (status = 200, description = "Signed up; `Set-Cookie: auth.session_token=…`", body = SignUpAnswer),
+        (status = 400, description = "Invalid body, foreign Origin, or sign-up disabled", body = AuthErrorBody),
+        (status = 422, description = "The e-mail is taken", body = AuthErrorBody),
+        (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
+        (status = 500, description = "Unexpected failure", body = ErrorBody),
+    ))]
 pub async fn sign_up(
+    state: State<Arc<AppState>>,
+    peer: ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: SmallBody,
+) -> Result<Response, ApiError> {
+    let r = try_sign_up(state, peer, headers, body).await;
+    metrics::counter!("streamwatch_auth_sign_ups_total", "outcome" => outcome(&r)).increment(1);
+    r
+}
+
+async fn try_sign_up(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     SmallBody(body): SmallBody,
 ) -> Result<Response, ApiError> {
+    same_origin(&headers)?;
+    if state.signup == Signup::Closed {
+        return Err(ApiError::auth(
+            StatusCode::BAD_REQUEST,
+            "SIGNUP_DISABLED",
+            "Sign-up is disabled",
+        ));
+    }
     rate_limit(&state, peer)?;
     let body = parse_body(&body)?;
-    let name = string_field(&body, "name")?;
+    let name = name_field(&body)?;
     let email = email_field(&body)?;
     let password = string_field(&body, "password")?;
     let len = password.chars().count();
@@ -105,29 +271,61 @@ pub async fn sign_up(
         ));
     }
     let issued = state.accounts.sign_up(name, &email, password).await?;
-    let body = json!({ "token": issued.token, "user": user_json(&issued.user) });
+    let body = SignUpAnswer {
+        token: issued.token.clone(),
+        user: UserBody::from(&issued.user),
+    };
     Ok(issued_response(issued, body))
 }
 
+/// Sign in with e-mail and password: a fresh session each time.
+#[utoipa::path(post, path = "/api/auth/sign-in/email", operation_id = "signIn", tag = "accounts",
+    request_body = SignInBody,
+    responses(
+        (status = 200, description = "Signed in; `Set-Cookie: auth.session_token=…`", body = SignInAnswer),
+        (status = 400, description = "Invalid body or foreign Origin", body = AuthErrorBody),
+        (status = 401, description = "Wrong password or unknown e-mail", body = AuthErrorBody),
+        (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
+        (status = 500, description = "Unexpected failure", body = ErrorBody),
+    ))]
 pub async fn sign_in(
+    state: State<Arc<AppState>>,
+    peer: ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: SmallBody,
+) -> Result<Response, ApiError> {
+    let r = try_sign_in(state, peer, headers, body).await;
+    metrics::counter!("streamwatch_auth_sign_ins_total", "outcome" => outcome(&r)).increment(1);
+    r
+}
+
+async fn try_sign_in(
     State(state): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     SmallBody(body): SmallBody,
 ) -> Result<Response, ApiError> {
+    same_origin(&headers)?;
     rate_limit(&state, peer)?;
     let body = parse_body(&body)?;
     let email = email_field(&body)?;
     let password = string_field(&body, "password")?;
     let issued = state.accounts.sign_in(&email, password).await?;
-    let body = json!({
-        "redirect": false,
-        "token": issued.token,
-        "url": null,
-        "user": user_json(&issued.user),
-    });
+    let body = SignInAnswer {
+        redirect: false,
+        token: issued.token.clone(),
+        url: None,
+        user: UserBody::from(&issued.user),
+    };
     Ok(issued_response(issued, body))
 }
 
+/// Sign out: ends the session and expires the cookie.
+#[utoipa::path(post, path = "/api/auth/sign-out", operation_id = "signOut", tag = "accounts",
+    responses(
+        (status = 200, body = SignOutAnswer),
+        (status = 500, description = "Unexpected failure", body = ErrorBody),
+    ))]
 pub async fn sign_out(
     State(state): State<Arc<AppState>>,
     method: axum::http::Method,
@@ -139,24 +337,32 @@ pub async fn sign_out(
             state.accounts.sign_out(cookie).await?;
         }
     }
-    let mut r = Json(json!({ "success": true })).into_response();
+    let mut r = Json(SignOutAnswer { success: true }).into_response();
     r.headers_mut().insert(header::SET_COOKIE, clear_cookie());
     Ok(r)
 }
 
+/// The current session and user, or `null` without a valid session.
+#[utoipa::path(get, path = "/api/auth/get-session", operation_id = "getSession", tag = "accounts",
+    responses(
+        (status = 200, description = "The session, or `null`", body = Option<SessionAnswer>),
+        (status = 500, description = "Unexpected failure", body = ErrorBody),
+    ))]
 pub async fn get_session(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Some(cookie) = session_cookie(&headers) else {
-        return Ok(Json(Value::Null).into_response());
+        return Ok(Json(None::<SessionAnswer>).into_response());
     };
     let Some(auth) = state.accounts.authenticate(cookie).await? else {
-        return Ok(Json(Value::Null).into_response());
+        return Ok(Json(None::<SessionAnswer>).into_response());
     };
-    let mut r =
-        Json(json!({ "session": session_json(&auth.session), "user": user_json(&auth.user) }))
-            .into_response();
+    let mut r = Json(Some(SessionAnswer {
+        session: SessionBody::from(&auth.session),
+        user: UserBody::from(&auth.user),
+    }))
+    .into_response();
     if let Some(value) = &auth.refreshed_cookie {
         r.headers_mut()
             .insert(header::SET_COOKIE, set_cookie(value));

@@ -4,14 +4,14 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::accounts::AccountError;
 use crate::db::DbError;
 use crate::keys::KeyError;
 use crate::streams::StreamError;
 use crate::validation::FieldErrors;
-use crate::waitlist::WaitlistError;
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -53,37 +53,56 @@ impl ApiError {
     }
 }
 
+/// `{ "error": … }`: 401, 404 and 500 bodies.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// `Unauthorized`, `Invalid API key`, `Not Found` or `Internal Server Error`.
+    #[schema(example = "Not Found")]
+    pub error: &'static str,
+}
+
+/// `{ "errors": { <field>: <message> } }`: the 400 of a body or query that failed validation.
+#[derive(Serialize, ToSchema)]
+pub struct FieldErrorsBody {
+    /// One message per failing field (or query parameter).
+    #[schema(example = json!({ "sourceUrl": "Must be a valid URL" }))]
+    pub errors: FieldErrors,
+}
+
+/// `{ "code", "message" }`: the failures of the account routes (better-auth's bodies).
+#[derive(Serialize, ToSchema)]
+pub struct AuthErrorBody {
+    #[schema(example = "INVALID_EMAIL_OR_PASSWORD")]
+    pub code: &'static str,
+    #[schema(example = "Invalid email or password")]
+    pub message: String,
+}
+
+fn error(status: StatusCode, error: &'static str) -> Response {
+    (status, Json(ErrorBody { error })).into_response()
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             ApiError::Validation(errors) => {
-                (StatusCode::BAD_REQUEST, Json(json!({ "errors": errors }))).into_response()
+                (StatusCode::BAD_REQUEST, Json(FieldErrorsBody { errors })).into_response()
             }
-            ApiError::Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                Json(json!({ "error": "Unauthorized" })),
-            )
-                .into_response(),
-            ApiError::InvalidApiKey => (
-                StatusCode::UNAUTHORIZED,
-                Json(json!({ "error": "Invalid API key" })),
-            )
-                .into_response(),
-            ApiError::NotFound => {
-                (StatusCode::NOT_FOUND, Json(json!({ "error": "Not Found" }))).into_response()
-            }
+            ApiError::Unauthorized => error(StatusCode::UNAUTHORIZED, "Unauthorized"),
+            ApiError::InvalidApiKey => error(StatusCode::UNAUTHORIZED, "Invalid API key"),
+            ApiError::NotFound => error(StatusCode::NOT_FOUND, "Not Found"),
             ApiError::Auth {
                 status,
                 code,
                 message,
-            } => (status, Json(json!({ "code": code, "message": message }))).into_response(),
+            } => (status, Json(AuthErrorBody { code, message })).into_response(),
             ApiError::TooManyRequests(secs) => {
                 let mut r = (
                     StatusCode::TOO_MANY_REQUESTS,
-                    Json(json!({
-                        "code": "TOO_MANY_REQUESTS",
-                        "message": "Too many requests. Please try again later."
-                    })),
+                    Json(AuthErrorBody {
+                        code: "TOO_MANY_REQUESTS",
+                        message: "Too many requests. Please try again later.".to_owned(),
+                    }),
                 )
                     .into_response();
                 r.headers_mut()
@@ -92,11 +111,7 @@ impl IntoResponse for ApiError {
             }
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "internal error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    Json(json!({ "error": "Internal Server Error" })),
-                )
-                    .into_response()
+                error(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
             }
         }
     }
@@ -121,18 +136,8 @@ impl From<StreamError> for ApiError {
 impl From<KeyError> for ApiError {
     fn from(e: KeyError) -> Self {
         match e {
-            KeyError::Invalid(f) => ApiError::Validation(f),
             KeyError::NotFound => ApiError::NotFound,
             KeyError::Db(e) => e.into(),
-        }
-    }
-}
-
-impl From<WaitlistError> for ApiError {
-    fn from(e: WaitlistError) -> Self {
-        match e {
-            WaitlistError::Invalid(f) => ApiError::Validation(f),
-            WaitlistError::Db(e) => e.into(),
         }
     }
 }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -24,16 +25,28 @@ impl<S: Send + Sync> FromRequest<S> for SmallBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
-        read_body(req.into_body(), JSON_BODY_LIMIT)
-            .await
-            .map(SmallBody)
-            .ok_or_else(|| {
-                ApiError::field(
-                    "body",
-                    format!("Body must be at most {JSON_BODY_LIMIT} bytes"),
-                )
-            })
+        match read_body(req.into_body(), JSON_BODY_LIMIT).await {
+            Ok(bytes) => Ok(SmallBody(bytes)),
+            Err(BodyError::TooLarge) => Err(ApiError::field(
+                "body",
+                format!("Body must be at most {JSON_BODY_LIMIT} bytes"),
+            )),
+            Err(BodyError::Unreadable) => Err(ApiError::field("body", MSG_BODY_UNREADABLE)),
+        }
     }
+}
+
+/// Message for a body that broke off or was malformed on the wire (bad chunked encoding, a
+/// connection closed early, or one that stopped sending for 30 s).
+pub const MSG_BODY_UNREADABLE: &str = "Request body could not be read";
+
+/// Why a request body could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Larger than the route allows.
+    TooLarge,
+    /// Broken on the wire: not a size problem, and reported as such.
+    Unreadable,
 }
 
 /// A JSON object body of the stream and key routes, or the contract's 400 keyed `body`.
@@ -41,21 +54,80 @@ pub fn object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>,
     crate::validation::parse_object(body).map_err(|msg| ApiError::field("body", msg))
 }
 
-/// Reads at most `limit` bytes; `None` when the body is larger or the stream broke.
-pub async fn read_body(body: Body, limit: usize) -> Option<Bytes> {
-    axum::body::to_bytes(body, limit).await.ok()
+/// Reads at most `limit` bytes.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let cause = e.into_inner();
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(cause.as_ref());
+        while let Some(err) = source {
+            if err.is::<http_body_util::LengthLimitError>() {
+                return BodyError::TooLarge;
+            }
+            source = err.source();
+        }
+        BodyError::Unreadable
+    })
 }
 
-/// The value of the session cookie, if the request carries one.
+/// The value of the session cookie, if the request carries exactly one. Two session cookies
+/// (one planted for a parent domain or path, say) make the request unauthenticated: which of
+/// them a server would pick differs between servers, so neither is trusted.
 pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
-    headers
+    let mut found = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
-        .map(|(_, value)| value.trim_matches('"'))
+        .filter(|(name, _)| *name == COOKIE_NAME)
+        .map(|(_, value)| value.trim_matches('"'));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// A path id that can name a row (ids are cuid-style: ASCII letters, digits, `_`, `-`). Any
+/// other segment (bad UTF-8, NUL, spaces, over 64 bytes) cannot be a row id on any engine, so
+/// it is the contract's JSON 404 without a lookup.
+pub struct RowId(pub String);
+
+/// True when `s` has the shape of a row id.
+pub fn is_row_id(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RowId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::NotFound)?;
+        if is_row_id(&id) {
+            Ok(RowId(id))
+        } else {
+            Err(ApiError::NotFound)
+        }
+    }
+}
+
+/// A client-chosen path segment (a telemetry `sessionId`): any text without control or format
+/// characters; anything else (bad UTF-8 included) is the JSON 404.
+pub struct PathText(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathText {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(text) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::NotFound)?;
+        if text.is_empty() || crate::validation::has_forbidden_chars(&text) {
+            return Err(ApiError::NotFound);
+        }
+        Ok(PathText(text))
+    }
 }
 
 /// True when an unsafe request names an Origin other than the host it was sent to: its
@@ -153,6 +225,25 @@ mod tests {
         let h = headers(&[("cookie", "a=1; auth.session_token=tok.sig; b=2")]);
         assert_eq!(session_cookie(&h), Some("tok.sig"));
         assert_eq!(session_cookie(&headers(&[("cookie", "a=1")])), None);
+    }
+
+    #[test]
+    fn two_session_cookies_are_no_session() {
+        let h = headers(&[("cookie", "auth.session_token=a.b; auth.session_token=c.d")]);
+        assert_eq!(session_cookie(&h), None);
+        let split = headers(&[
+            ("cookie", "auth.session_token=a.b"),
+            ("cookie", "auth.session_token=c.d"),
+        ]);
+        assert_eq!(session_cookie(&split), None);
+    }
+
+    #[test]
+    fn row_ids() {
+        assert!(is_row_id("ckv9x2q0a0000abcd1234efgh"));
+        for bad in ["", "a b", "a\u{0}", "é", "../x", &"a".repeat(65)] {
+            assert!(!is_row_id(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,26 +1,34 @@
 //! The HTTP layer, the only module that knows axum: the router, shared state and the
 //! handlers, one file per resource. Handlers extract, call one domain function, and map.
 
+pub mod access_log;
 pub mod agents;
+pub mod alerts;
 pub mod assets;
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod health;
 pub mod keys;
+pub mod openapi;
+pub mod pages;
+pub mod qoe;
+pub mod query;
+pub mod security;
+pub mod serve;
 pub mod streams;
 pub mod telemetry;
 pub mod waitlist;
 
 use std::sync::Arc;
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::json;
+use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::accounts::Accounts;
 use crate::db::Db;
@@ -33,14 +41,22 @@ use error::ApiError;
 /// Everything handlers share.
 pub struct AppState {
     pub db: Db,
+    /// Alert rules, channels, incidents and deliveries.
+    pub alerts: crate::alerts::Alerts,
     pub accounts: Accounts,
     pub streams: Streams,
     pub keys: Keys,
     pub key_cache: KeyCache,
     pub rate: RateLimiter,
+    pub signup: crate::config::Signup,
     pub slow_ms: u64,
     pub writer: ingest::WriterHandle,
-    pub sink: Arc<dyn ingest::EventSink>,
+    /// The telemetry store behind its circuit breaker (decisions.md §11).
+    pub sink: ingest::SupervisedSink,
+    /// Every read of telemetry (QoE routes, session read-back), under the same breaker.
+    pub analytics: analytics::Store,
+    /// Browser, OS and device of a User-Agent, cached (a fleet has few distinct agents).
+    pub user_agents: ingest::UaCache,
 }
 
 /// The whole service's routes.
@@ -49,9 +65,46 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/streams", post(streams::create).get(streams::list))
         .route(
             "/api/v1/streams/{id}",
-            get(streams::get).patch(streams::update),
+            get(streams::get)
+                .patch(streams::update)
+                .delete(streams::delete),
         )
+        .route("/api/v1/streams/{id}/timeline", get(qoe::timeline))
+        .route("/api/v1/qoe/overview", get(qoe::overview))
+        .route("/api/v1/qoe/timeseries", get(qoe::timeseries))
+        .route("/api/v1/qoe/breakdown", get(qoe::breakdown))
+        .route("/api/v1/qoe/views", get(qoe::views))
         .route("/api/v1/agents", get(agents::feed))
+        .route(
+            "/api/v1/alerts/channels",
+            post(alerts::create_channel).get(alerts::list_channels),
+        )
+        .route(
+            "/api/v1/alerts/channels/{id}",
+            axum::routing::patch(alerts::update_channel).delete(alerts::delete_channel),
+        )
+        .route(
+            "/api/v1/alerts/channels/{id}/test",
+            post(alerts::test_channel),
+        )
+        .route(
+            "/api/v1/alerts/channels/{id}/rotate-secret",
+            post(alerts::rotate_secret),
+        )
+        .route(
+            "/api/v1/alerts/rules",
+            post(alerts::create_rule).get(alerts::list_rules),
+        )
+        .route(
+            "/api/v1/alerts/rules/{id}",
+            axum::routing::patch(alerts::update_rule).delete(alerts::delete_rule),
+        )
+        .route("/api/v1/alerts/incidents", get(alerts::list_incidents))
+        .route("/api/v1/alerts/deliveries", get(alerts::list_deliveries))
+        .route(
+            "/api/v1/alerts/deliveries/{id}/resend",
+            post(alerts::resend),
+        )
         .route("/api/v1/keys", post(keys::create).get(keys::list))
         .route("/api/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/api/v1/telemetry/sessions", get(telemetry::sessions))
@@ -78,34 +131,30 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .layer(telemetry::cors()),
         )
         .route("/api/waitlist", post(waitlist::join))
-        .route("/healthz", get(healthz))
-        .route("/", get(assets::landing))
-        .route("/demo/player.html", get(assets::demo_player))
-        .route(
-            &assets::sdk_path(assets::SDK_VERSION),
-            get(assets::sdk_pinned),
-        )
-        .route(&assets::sdk_path("latest"), get(assets::sdk_latest))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/api/openapi.json", get(openapi::document))
+        .merge(pages::routes(state.clone()))
+        .merge(assets::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
-        .layer(CatchPanicLayer::custom(|_| {
-            ApiError::internal("handler panicked").into_response()
-        }))
+        .layer(CatchPanicLayer::custom(
+            |payload: Box<dyn std::any::Any + Send>| {
+                let message = crate::supervisor::panic_message(&*payload);
+                ApiError::internal(format!("request handler panicked: {message}")).into_response()
+            },
+        ))
+        .layer(middleware::from_fn(security::headers))
+        .layer(middleware::from_fn(crate::metrics::track_requests))
+        // Request ids: taken from `x-request-id` or generated, on every log line of the
+        // request (the access log line included), and echoed in the response.
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(access_log::layer())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
 }
 
 /// Unknown paths and methods: the contract's JSON 404 (it has no 405).
 async fn not_found() -> ApiError {
     ApiError::NotFound
-}
-
-/// Liveness plus a round trip to the relational store.
-async fn healthz(
-    State(state): State<Arc<AppState>>,
-) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    sqlx::query("SELECT 1")
-        .execute(&state.db.pool)
-        .await
-        .map_err(ApiError::internal)?;
-    Ok((StatusCode::OK, Json(json!({ "status": "ok" }))))
 }

@@ -5,19 +5,24 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::{Extension, Json};
-use serde_json::{json, Value};
+use serde::Serialize;
 use subtle::ConstantTimeEq;
 use tower_http::cors::{Any, CorsLayer};
+use utoipa::ToSchema;
 
-use super::error::ApiError;
-use super::extract::{read_body, SessionUser};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::extract::{read_body, BodyError, PathText, SessionUser, MSG_BODY_UNREADABLE};
 use super::AppState;
+use crate::time::Timestamp;
 
 /// Sessions listed by the read-back route.
 const SESSIONS_LIMIT: u32 = 50;
+
+/// Longest a telemetry request waits for its write to be acknowledged before answering 500.
+pub const STORE_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Preflight for any origin: players run on third-party pages. No cookies are involved.
 pub fn cors() -> CorsLayer {
@@ -45,63 +50,329 @@ fn invalid(errors: ingest::ValidationErrors) -> ApiError {
     )
 }
 
+/// A telemetry batch (interface.md "Telemetry batch"; analytics.md §1 for `context`).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)] // documents the body; parsed by `ingest::parse_batch` with zod's messages
+pub struct TelemetryBatch {
+    /// Must equal the bearer key.
+    #[schema(min_length = 1, example = "svc_…")]
+    api_key: String,
+    #[schema(min_length = 1)]
+    session_id: String,
+    #[schema(min_items = 1, max_items = 1000)]
+    events: Vec<TelemetryEvent>,
+    context: Option<TelemetryContext>,
+}
+
+/// One event: `{ type, ts, payload }`; the payload's fields depend on the type.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct TelemetryEvent {
+    #[schema(rename = "type")]
+    kind: EventKind,
+    /// ISO 8601 with a zone; stored with millisecond precision.
+    #[schema(format = DateTime)]
+    ts: String,
+    payload: EventPayload,
+}
+
+/// The eight event types.
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum EventKind {
+    PlaybackStart,
+    PlaybackPause,
+    PlaybackResume,
+    RebufferStart,
+    RebufferEnd,
+    QualityChange,
+    Error,
+    SessionEnd,
+}
+
+/// The payload of each event type (unknown fields are ignored).
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum EventPayload {
+    /// `playback_start`.
+    Start {
+        #[serde(rename = "positionMs")]
+        position_ms: f64,
+        #[serde(rename = "durationMs")]
+        duration_ms: f64,
+        #[serde(rename = "contentId")]
+        content_id: String,
+        #[serde(rename = "startupMs")]
+        #[schema(minimum = 0)]
+        startup_ms: Option<f64>,
+    },
+    /// `playback_pause`, `playback_resume`, `rebuffer_start`, `rebuffer_end`.
+    Position {
+        #[serde(rename = "positionMs")]
+        position_ms: f64,
+        #[serde(rename = "bufferedMs")]
+        buffered_ms: f64,
+    },
+    /// `quality_change` (`from` is `""` for the initial rendition).
+    Quality {
+        from: String,
+        to: String,
+        bitrate: f64,
+        #[schema(minimum = 0)]
+        width: Option<f64>,
+        #[schema(minimum = 0)]
+        height: Option<f64>,
+    },
+    /// `error`.
+    Error {
+        code: String,
+        message: String,
+        fatal: bool,
+    },
+    /// `session_end`.
+    End {
+        #[schema(pattern = "^(ended|unloaded|error)$")]
+        reason: String,
+        #[serde(rename = "durationMs")]
+        duration_ms: f64,
+    },
+}
+
+/// The batch's optional context (analytics.md §1).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct TelemetryContext {
+    #[schema(max_length = 64)]
+    sdk: Option<String>,
+    #[schema(max_length = 64)]
+    player: Option<String>,
+    #[schema(max_length = 256)]
+    content_id: Option<String>,
+    #[schema(max_length = 2048)]
+    src: Option<String>,
+    /// At most 20 entries; keys 1–64 characters, values at most 256.
+    tags: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// Per-type event counts of a session.
+#[derive(Serialize, ToSchema)]
+pub struct TypeCountsBody {
+    pub playback_start: u64,
+    pub playback_pause: u64,
+    pub playback_resume: u64,
+    pub rebuffer_start: u64,
+    pub rebuffer_end: u64,
+    pub quality_change: u64,
+    pub error: u64,
+    pub session_end: u64,
+}
+
+/// One of the caller's sessions.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummaryBody {
+    pub session_id: String,
+    /// `contentId` of the session's earliest `playback_start`.
+    pub content_id: Option<String>,
+    pub first_event_at: Timestamp,
+    pub last_event_at: Timestamp,
+    /// Distinct (deduplicated) events.
+    pub event_count: u64,
+    pub counts: TypeCountsBody,
+}
+
+impl From<analytics::SessionSummary> for SessionSummaryBody {
+    fn from(s: analytics::SessionSummary) -> Self {
+        use ingest::EventType as T;
+        let c = s.counts;
+        Self {
+            session_id: s.session_id,
+            content_id: s.content_id,
+            first_event_at: Timestamp(s.first_event_at),
+            last_event_at: Timestamp(s.last_event_at),
+            event_count: s.event_count,
+            counts: TypeCountsBody {
+                playback_start: c.get(T::PlaybackStart),
+                playback_pause: c.get(T::PlaybackPause),
+                playback_resume: c.get(T::PlaybackResume),
+                rebuffer_start: c.get(T::RebufferStart),
+                rebuffer_end: c.get(T::RebufferEnd),
+                quality_change: c.get(T::QualityChange),
+                error: c.get(T::Error),
+                session_end: c.get(T::SessionEnd),
+            },
+        }
+    }
+}
+
+/// The caller's 50 sessions with the newest events.
+#[derive(Serialize, ToSchema)]
+pub struct SessionList {
+    pub items: Vec<SessionSummaryBody>,
+}
+
+/// One stored (deduplicated) event.
+#[derive(Serialize, ToSchema)]
+pub struct StoredEventBody {
+    #[serde(rename = "type")]
+    #[schema(value_type = EventKind)]
+    pub kind: &'static str,
+    pub ts: Timestamp,
+    /// The payload as it was sent (the contract's fields and the optional ones).
+    #[schema(value_type = Object)]
+    pub payload: Box<serde_json::value::RawValue>,
+}
+
+/// A session's events, `ts` ascending.
+#[derive(Serialize, ToSchema)]
+pub struct SessionEvents {
+    pub items: Vec<StoredEventBody>,
+}
+
+/// Ingest a batch of playback events (the player SDK's route). Idempotent: a batch sent
+/// twice is stored once. `204` only once the events are durably stored.
+#[utoipa::path(post, path = "/api/v1/telemetry", operation_id = "ingestTelemetry", tag = "telemetry",
+    request_body = TelemetryBatch,
+    responses(
+        (status = 204, description = "Stored"),
+        (status = 400, description = "Invalid batch (nothing stored)", body = FieldErrorsBody),
+        (status = 401, description = "Missing, unknown or revoked key, or a body `apiKey` that differs", body = ErrorBody),
+        (status = 500, description = "Not stored (store down or slow); safe to retry", body = ErrorBody),
+    ),
+    security(("apiKey" = [])))]
 pub async fn ingest(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let raw_key = bearer(&headers).ok_or(ApiError::InvalidApiKey)?;
+    let raw_key = bearer(&headers).ok_or_else(|| refused("auth", 0, ApiError::InvalidApiKey))?;
     let owner = state
         .key_cache
         .authenticate(raw_key)
-        .await?
-        .ok_or(ApiError::InvalidApiKey)?;
-
-    let bytes = read_body(body, ingest::MAX_BODY_BYTES)
         .await
-        .ok_or_else(|| invalid(ingest::body_too_large()))?;
+        .map_err(|e| refused("auth", 0, e.into()))?
+        .ok_or_else(|| refused("auth", 0, ApiError::InvalidApiKey))?;
+
+    let bytes = match read_body(body, ingest::MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(BodyError::TooLarge) => {
+            return Err(refused("validation", 0, invalid(ingest::body_too_large())))
+        }
+        Err(BodyError::Unreadable) => {
+            return Err(refused(
+                "validation",
+                0,
+                ApiError::field("events", MSG_BODY_UNREADABLE),
+            ))
+        }
+    };
     // simd-json parses in place; this takes over the buffer without a copy when
     // the body arrived as one uniquely owned chunk.
     let mut buf = Vec::from(bytes);
-    let batch = ingest::parse_batch(&mut buf).map_err(invalid)?;
+    let batch = ingest::parse_batch(&mut buf).map_err(|e| refused("validation", 0, invalid(e)))?;
+    let events = batch.events.len();
     if !bool::from(batch.api_key.as_bytes().ct_eq(raw_key.as_bytes())) {
-        return Err(ApiError::InvalidApiKey);
+        return Err(refused("auth", events, ApiError::InvalidApiKey));
     }
 
-    state
-        .writer
-        .submit(batch.into_rows(&owner.user_id))
-        .await
-        .map_err(ApiError::internal)?;
-    Ok(StatusCode::NO_CONTENT)
+    // A dead or hung store answers within STORE_DEADLINE (decisions.md §11): the breaker
+    // fails at once while the store is known down, and a request that waited this long tells
+    // the supervisor to check it. The batch is not acknowledged; the SDK retries it.
+    // The view's dimensions go once per batch, with the browser, OS and device of its agent.
+    let agent = state
+        .user_agents
+        .classify_bytes(headers.get(header::USER_AGENT).map(|v| v.as_bytes()));
+    let (rows, record) = batch.into_write(&owner.user_id, agent);
+    match tokio::time::timeout(STORE_DEADLINE, state.writer.submit_batch(rows, record)).await {
+        Ok(Ok(())) => {
+            metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => "accepted")
+                .increment(1);
+            metrics::counter!("streamwatch_telemetry_events_total", "outcome" => "accepted")
+                .increment(events as u64);
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Ok(Err(e)) => Err(refused("store", events, ApiError::internal(e))),
+        Err(_) => {
+            state.sink.suspect();
+            Err(refused(
+                "store",
+                events,
+                ApiError::internal("telemetry store did not acknowledge in time"),
+            ))
+        }
+    }
 }
 
+/// Counts a refused batch (`auth`, `validation` or `store`) and its events (0 when it was
+/// refused before parsing), and passes the error on.
+fn refused(reason: &'static str, events: usize, e: ApiError) -> ApiError {
+    metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => reason).increment(1);
+    metrics::counter!("streamwatch_telemetry_events_total", "outcome" => reason)
+        .increment(events as u64);
+    e
+}
+
+/// The caller's sessions with the newest events.
+#[utoipa::path(get, path = "/api/v1/telemetry/sessions", operation_id = "listTelemetrySessions", tag = "telemetry",
+    responses(
+        (status = 200, body = SessionList),
+        (status = 401, description = "No valid session", body = ErrorBody),
+        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+    ),
+    security(("session" = [])))]
 pub async fn sessions(
     State(state): State<Arc<AppState>>,
     Extension(SessionUser(auth)): Extension<SessionUser>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionList>, ApiError> {
     let items = state
-        .sink
+        .analytics
         .sessions(&auth.user.id, SESSIONS_LIMIT)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(SessionList {
+        items: items.into_iter().map(SessionSummaryBody::from).collect(),
+    }))
 }
 
+/// One of the caller's sessions, event by event.
+#[utoipa::path(get, path = "/api/v1/telemetry/sessions/{id}/events", operation_id = "telemetrySessionEvents", tag = "telemetry",
+    params(("id" = String, Path, description = "The session id the SDK sent")),
+    responses(
+        (status = 200, body = SessionEvents),
+        (status = 401, description = "No valid session", body = ErrorBody),
+        (status = 404, description = "The caller has no such session", body = ErrorBody),
+        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+    ),
+    security(("session" = [])))]
 pub async fn session_events(
     State(state): State<Arc<AppState>>,
     Extension(SessionUser(auth)): Extension<SessionUser>,
-    Path(session_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let items = state
-        .sink
+    PathText(session_id): PathText,
+) -> Result<Json<SessionEvents>, ApiError> {
+    let events = state
+        .analytics
         .session_events(&auth.user.id, &session_id)
         .await
         .map_err(ApiError::internal)?;
-    if items.is_empty() {
+    if events.is_empty() {
         return Err(ApiError::NotFound);
     }
-    Ok(Json(json!({ "items": items })))
+    let items = events
+        .into_iter()
+        .map(|e| {
+            Ok(StoredEventBody {
+                kind: e.event_type.as_str(),
+                ts: Timestamp(e.ts_ms),
+                payload: serde_json::value::RawValue::from_string(e.payload)
+                    .map_err(ApiError::internal)?,
+            })
+        })
+        .collect::<Result<_, ApiError>>()?;
+    Ok(Json(SessionEvents { items }))
 }
 
 #[cfg(test)]

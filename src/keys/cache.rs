@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moka::sync::Cache;
-use sqlx::Row;
 use tokio::sync::{mpsc, watch, Notify};
 
 use super::{KeyOwner, Keys};
@@ -90,8 +89,16 @@ impl KeyCache {
     pub async fn authenticate(&self, raw_key: &str) -> Result<Option<KeyOwner>, DbError> {
         let hash = sha256_hex(raw_key);
         let owner = match self.lookup(&hash) {
-            Some(found) => found,
-            None => self.fill(hash).await?,
+            Some(found) => {
+                metrics::counter!("streamwatch_keycache_lookups_total", "result" => "hit")
+                    .increment(1);
+                found
+            }
+            None => {
+                metrics::counter!("streamwatch_keycache_lookups_total", "result" => "miss")
+                    .increment(1);
+                self.fill(hash).await?
+            }
         };
         if let Some(o) = &owner {
             self.note_use(&o.key_id);
@@ -121,6 +128,7 @@ impl KeyCache {
 
     /// Drops one hash (or everything) from this instance's cache.
     pub fn invalidate(&self, hash: Option<&str>) {
+        metrics::counter!("streamwatch_keycache_invalidations_total").increment(1);
         let mut epoch = self.epoch.lock().unwrap_or_else(|p| p.into_inner());
         *epoch += 1;
         match hash {
@@ -142,13 +150,7 @@ impl KeyCache {
             return Ok(());
         }
         let pool = &self.keys.db.pool;
-        let listeners: i64 = sqlx::query(
-            "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity WHERE application_name LIKE $1",
-        )
-        .bind(format!("{LISTENER_APP}%"))
-        .fetch_one(pool)
-        .await?
-        .get(0);
+        let listeners = self.live_listeners().await?;
         let change = crate::time::new_id();
         self.acks
             .lock()
@@ -187,6 +189,21 @@ impl KeyCache {
             );
         }
         Ok(())
+    }
+
+    /// Live key-cache listeners of this deployment: the instances that must acknowledge a
+    /// change. Only this database's: NOTIFY does not cross databases, so another deployment on
+    /// the same PostgreSQL cluster would never answer (and made every change wait
+    /// [`ACK_TIMEOUT`]).
+    pub async fn live_listeners(&self) -> Result<i64, DbError> {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM pg_stat_activity \
+             WHERE application_name LIKE $1 AND datname = current_database()",
+        )
+        .bind(format!("{LISTENER_APP}%"))
+        .fetch_one(&self.keys.db.pool)
+        .await?;
+        Ok(n)
     }
 
     /// Handles one notification on either channel.

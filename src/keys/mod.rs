@@ -5,14 +5,10 @@
 pub mod cache;
 
 use rand::Rng;
-use serde_json::{Map, Value};
-use sqlx::any::AnyRow;
-use sqlx::Row;
 
 use crate::accounts::token::sha256_hex;
 use crate::db::{Db, DbError};
 use crate::time::{new_id, now_ms};
-use crate::validation::{Checker, FieldErrors};
 
 pub const KEY_PREFIX: &str = "svc_";
 pub const LABEL_MAX: usize = 120;
@@ -21,7 +17,7 @@ const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrst
 const KEY_CHARS: usize = 43;
 
 /// Key metadata as listed (never the raw key).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub struct ApiKey {
     pub id: String,
     pub label: String,
@@ -46,8 +42,6 @@ pub struct KeyOwner {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("invalid body")]
-    Invalid(FieldErrors),
     #[error("key not found")]
     NotFound,
     #[error(transparent)]
@@ -69,16 +63,6 @@ pub fn generate_raw_key() -> String {
     format!("{KEY_PREFIX}{body}")
 }
 
-fn from_row(r: &AnyRow) -> ApiKey {
-    ApiKey {
-        id: r.get("id"),
-        label: r.get("label"),
-        created_at: r.get("created_at"),
-        last_used_at: r.get("last_used_at"),
-        revoked_at: r.get("revoked_at"),
-    }
-}
-
 /// Key operations over the relational store.
 #[derive(Clone)]
 pub struct Keys {
@@ -90,12 +74,9 @@ impl Keys {
         Self { db }
     }
 
-    /// Validates `{ label }` and mints a key for `user_id`.
-    pub async fn mint(&self, user_id: &str, body: &Map<String, Value>) -> Result<Minted, KeyError> {
-        let mut c = Checker::new(body);
-        let label = c.required_str("label", 0, LABEL_MAX).map(str::to_owned);
-        c.into_result().map_err(KeyError::Invalid)?;
-        let label = label.unwrap_or_default();
+    /// Mints a key labelled `label` for `user_id`.
+    pub async fn mint(&self, user_id: &str, label: &str) -> Result<Minted, KeyError> {
+        let label = label.to_owned();
         let raw_key = generate_raw_key();
         let key = ApiKey {
             id: new_id(),
@@ -119,45 +100,43 @@ impl Keys {
 
     /// Every key of `user_id`, newest first, revoked ones included.
     pub async fn list(&self, user_id: &str) -> Result<Vec<ApiKey>, KeyError> {
-        let rows = sqlx::query(
+        let keys = sqlx::query_as(
             "SELECT id, label, created_at, last_used_at, revoked_at FROM api_keys \
              WHERE user_id = $1 ORDER BY created_at DESC, seq DESC",
         )
         .bind(user_id)
         .fetch_all(&self.db.pool)
         .await?;
-        Ok(rows.iter().map(from_row).collect())
+        Ok(keys)
     }
 
     /// Soft-revokes one of `user_id`'s keys; a second revoke keeps the first `revokedAt`.
     /// Returns the key hash so caches can drop it.
     pub async fn revoke(&self, user_id: &str, key_id: &str) -> Result<String, KeyError> {
-        let row = sqlx::query("SELECT key_hash FROM api_keys WHERE id = $1 AND user_id = $2")
-            .bind(key_id)
-            .bind(user_id)
-            .fetch_optional(&self.db.pool)
-            .await?
-            .ok_or(KeyError::NotFound)?;
+        let (key_hash,): (String,) =
+            sqlx::query_as("SELECT key_hash FROM api_keys WHERE id = $1 AND user_id = $2")
+                .bind(key_id)
+                .bind(user_id)
+                .fetch_optional(&self.db.pool)
+                .await?
+                .ok_or(KeyError::NotFound)?;
         sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(now_ms())
             .bind(key_id)
             .execute(&self.db.pool)
             .await?;
-        Ok(row.get("key_hash"))
+        Ok(key_hash)
     }
 
     /// The owner of the active key with this hash.
     pub async fn resolve_hash(&self, key_hash: &str) -> Result<Option<KeyOwner>, DbError> {
-        let row = sqlx::query(
+        let row: Option<(String, String)> = sqlx::query_as(
             "SELECT id, user_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
         )
         .bind(key_hash)
         .fetch_optional(&self.db.pool)
         .await?;
-        Ok(row.map(|r| KeyOwner {
-            key_id: r.get("id"),
-            user_id: r.get("user_id"),
-        }))
+        Ok(row.map(|(key_id, user_id)| KeyOwner { key_id, user_id }))
     }
 
     /// Records that these keys were used at `at` (batched, off the request path).

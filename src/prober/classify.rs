@@ -18,58 +18,9 @@
 //! | timeout | failing | network / timeout | `timeout after <n> s` |
 //! | refused by the guard, too many redirects | failing | network / timeout | `refused: <guard message>`, `refused: more than 5 redirects` |
 
-use std::fmt;
-
 use crate::prober::fetch::ProbeOutcome;
 use crate::prober::manifest::ManifestCheck;
-pub use crate::probes::ProbeStatus;
-
-/// AgentItem `anomalyClass`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AnomalyClass {
-    /// `no anomaly` (healthy).
-    NoAnomaly,
-    /// `slow response` (degraded: slow, invalid or stale manifest).
-    SlowResponse,
-    /// `client error` (degraded: HTTP 4xx).
-    ClientError,
-    /// `network / timeout` (failing: DNS, connect, TLS, timeout, guard).
-    NetworkTimeout,
-    /// `5xx server error` (failing: HTTP 5xx).
-    ServerError,
-}
-
-impl AnomalyClass {
-    /// Wire value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AnomalyClass::NoAnomaly => "no anomaly",
-            AnomalyClass::SlowResponse => "slow response",
-            AnomalyClass::ClientError => "client error",
-            AnomalyClass::NetworkTimeout => "network / timeout",
-            AnomalyClass::ServerError => "5xx server error",
-        }
-    }
-
-    /// Parses a stored wire value.
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            AnomalyClass::NoAnomaly,
-            AnomalyClass::SlowResponse,
-            AnomalyClass::ClientError,
-            AnomalyClass::NetworkTimeout,
-            AnomalyClass::ServerError,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
-    }
-}
-
-impl fmt::Display for AnomalyClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::states::{AnomalyClass, ProbeStatus};
 
 /// A classified probe: what the probe row stores.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,12 +33,24 @@ pub struct Classified {
     pub http_status: Option<u16>,
     /// Human detail, e.g. `HTTP 404`, `timeout after 10 s`.
     pub detail: String,
+    /// Why a viewer could not play the stream, or `None` when it was playable (decisions.md
+    /// v1.1 §6: healthy, or degraded only because it was slow). Names the incident the agent
+    /// opens: `client error`, `manifest invalid`, `stale manifest`, or a failing class.
+    pub incident: Option<&'static str>,
+}
+
+impl Classified {
+    /// True when a viewer could have played the stream (counts as up in `uptimePct`).
+    pub fn playable(&self) -> bool {
+        self.incident.is_none()
+    }
 }
 
 /// Classifies one probe per decisions.md §6 (see the module table).
 pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classified {
     use AnomalyClass as A;
     use ProbeStatus as S;
+    let mut incident = None;
     let (status, anomaly_class, http_status, detail) = match outcome {
         ProbeOutcome::Ok {
             http_status,
@@ -95,13 +58,17 @@ pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classi
         } => {
             let code = Some(*http_status);
             match manifest {
-                ManifestCheck::Invalid(why) => (
-                    S::Degraded,
-                    A::SlowResponse,
-                    code,
-                    format!("manifest invalid: {why}"),
-                ),
+                ManifestCheck::Invalid(why) => {
+                    incident = Some("manifest invalid");
+                    (
+                        S::Degraded,
+                        A::SlowResponse,
+                        code,
+                        format!("manifest invalid: {why}"),
+                    )
+                }
                 ManifestCheck::Stale(stale) => {
+                    incident = Some("stale manifest");
                     (S::Degraded, A::SlowResponse, code, stale.to_string())
                 }
                 ManifestCheck::Valid(_) if latency_ms > slow_ms => (
@@ -170,34 +137,48 @@ pub fn classify(outcome: &ProbeOutcome, latency_ms: u64, slow_ms: u64) -> Classi
             format!("refused: more than {max} redirects"),
         ),
     };
+    if incident.is_none() && status != S::Healthy && anomaly_class != A::SlowResponse {
+        incident = Some(anomaly_class.as_str());
+    }
     Classified {
         status,
         anomaly_class,
         http_status,
         detail,
+        incident,
     }
 }
 
 /// Snapshot `lastAction` after a probe: what the agent did, given the status of
-/// the stream's previous probe (`None` for the first probe after registration).
+/// the stream's previous probe (`None` for the first probe after registration) and how many
+/// probes in a row before this one found it not playable (`down_before`).
 ///
-/// | previous \ new | healthy | degraded | failing |
-/// |---|---|---|---|
-/// | none, healthy | `probe ok in <ms> ms` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
-/// | degraded | `closed incident after recovery` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
-/// | failing | `closed incident after recovery` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
+/// | previous \ new | healthy | degraded, slow | degraded, not playable | failing |
+/// |---|---|---|---|---|
+/// | none, healthy | `probe ok in <ms> ms` | `raised probe frequency after degraded probe` | `raised probe frequency after degraded probe` | `opened incident: <class>` |
+/// | degraded, failing | `closed incident after recovery` | `raised probe frequency after degraded probe` | `opened incident: <why>` once the previous probe was not playable either | `opened incident: <class>` |
 ///
-/// A stream that keeps failing keeps the text of the incident it is in (the
-/// class of the latest failing probe); a degraded probe always reports the
-/// raised frequency (a not-healthy stream is probed at a quarter interval).
-pub fn last_action(previous: Option<ProbeStatus>, new: &Classified, latency_ms: u64) -> String {
-    match (previous, new.status) {
-        (Some(ProbeStatus::Degraded | ProbeStatus::Failing), ProbeStatus::Healthy) => {
+/// A degraded probe that finds the stream unplayable (4xx, invalid or stale manifest) first
+/// raises the probe frequency to confirm; a second one in a row confirms it, and the agent
+/// opens an incident named for the reason (`client error`, `manifest invalid`,
+/// `stale manifest`), as it does at once for a failing probe. So a manifest that answers 404
+/// forever ends in an open incident, not an endless confirmation.
+pub fn last_action(
+    previous: Option<ProbeStatus>,
+    down_before: i64,
+    new: &Classified,
+    latency_ms: u64,
+) -> String {
+    match (previous, new.status, new.incident) {
+        (Some(ProbeStatus::Degraded | ProbeStatus::Failing), ProbeStatus::Healthy, _) => {
             "closed incident after recovery".to_owned()
         }
-        (_, ProbeStatus::Healthy) => format!("probe ok in {latency_ms} ms"),
-        (_, ProbeStatus::Degraded) => "raised probe frequency after degraded probe".to_owned(),
-        (_, ProbeStatus::Failing) => format!("opened incident: {}", new.anomaly_class),
+        (_, ProbeStatus::Healthy, _) => format!("probe ok in {latency_ms} ms"),
+        (_, ProbeStatus::Degraded, Some(why)) if down_before > 0 => {
+            format!("opened incident: {why}")
+        }
+        (_, ProbeStatus::Degraded, _) => "raised probe frequency after degraded probe".to_owned(),
+        (_, ProbeStatus::Failing, _) => format!("opened incident: {}", new.anomaly_class),
     }
 }
 
@@ -399,16 +380,48 @@ mod tests {
         for (outcome, latency, status, class, code, detail) in cases {
             let got = classify(&outcome, latency, slow);
             assert_eq!(
-                got,
-                Classified {
-                    status,
-                    anomaly_class: class,
-                    http_status: code,
-                    detail: detail.to_owned()
-                },
+                (
+                    got.status,
+                    got.anomaly_class,
+                    got.http_status,
+                    got.detail.as_str()
+                ),
+                (status, class, code, detail),
                 "{outcome:?}"
             );
         }
+    }
+
+    #[test]
+    fn playable_is_healthy_or_only_slow() {
+        let slow = 2000;
+        let is = |outcome: ProbeOutcome, latency| classify(&outcome, latency, slow).incident;
+        assert_eq!(is(ok(valid()), 84), None);
+        assert_eq!(is(ok(valid()), 2500), None, "slow but playable");
+        assert_eq!(
+            is(ok(ManifestCheck::Invalid(ManifestError::NoSegments)), 84),
+            Some("manifest invalid")
+        );
+        assert_eq!(
+            is(
+                ok(ManifestCheck::Stale(Staleness {
+                    media_sequence: 118,
+                    stuck_for: Duration::from_secs(18),
+                    threshold: Duration::from_secs(18),
+                })),
+                84
+            ),
+            Some("stale manifest")
+        );
+        assert_eq!(is(ProbeOutcome::HttpStatus(404), 84), Some("client error"));
+        assert_eq!(
+            is(ProbeOutcome::HttpStatus(503), 84),
+            Some("5xx server error")
+        );
+        assert_eq!(
+            is(ProbeOutcome::Timeout(Duration::from_secs(10)), 10_000),
+            Some("network / timeout")
+        );
     }
 
     #[test]
@@ -475,55 +488,45 @@ mod tests {
             10_000,
             2000,
         );
-        assert_eq!(last_action(None, &healthy, 84), "probe ok in 84 ms");
+        let slow = classify(&ok(valid()), 2500, 2000);
+        assert_eq!(last_action(None, 0, &healthy, 84), "probe ok in 84 ms");
         assert_eq!(
-            last_action(Some(S::Healthy), &healthy, 84),
+            last_action(Some(S::Healthy), 0, &healthy, 84),
             "probe ok in 84 ms"
         );
         assert_eq!(
-            last_action(Some(S::Degraded), &healthy, 84),
+            last_action(Some(S::Degraded), 3, &healthy, 84),
             "closed incident after recovery"
         );
         assert_eq!(
-            last_action(Some(S::Failing), &healthy, 84),
+            last_action(Some(S::Failing), 1, &healthy, 84),
             "closed incident after recovery"
         );
         for prev in [None, Some(S::Healthy), Some(S::Degraded), Some(S::Failing)] {
             assert_eq!(
-                last_action(prev, &degraded, 84),
+                last_action(prev, 0, &degraded, 84),
                 "raised probe frequency after degraded probe"
             );
             assert_eq!(
-                last_action(prev, &failing_5xx, 84),
+                last_action(prev, 0, &failing_5xx, 84),
                 "opened incident: 5xx server error"
             );
             assert_eq!(
-                last_action(prev, &failing_net, 84),
+                last_action(prev, 0, &failing_net, 84),
                 "opened incident: network / timeout"
             );
         }
-    }
-
-    #[test]
-    fn wire_values_round_trip() {
-        for s in [
-            ProbeStatus::Healthy,
-            ProbeStatus::Degraded,
-            ProbeStatus::Failing,
-        ] {
-            assert_eq!(ProbeStatus::parse(s.as_str()), Some(s));
+        // A second not-playable probe in a row confirms the degradation: an incident opens.
+        for down_before in [1, 2, 500] {
+            assert_eq!(
+                last_action(Some(S::Degraded), down_before, &degraded, 84),
+                "opened incident: client error"
+            );
+            assert_eq!(
+                last_action(Some(S::Degraded), down_before, &slow, 2500),
+                "raised probe frequency after degraded probe",
+                "slow is playable: never an incident"
+            );
         }
-        use crate::probes::agent::severity;
-        assert_eq!(severity(ProbeStatus::Healthy), "info");
-        assert_eq!(severity(ProbeStatus::Degraded), "warn");
-        assert_eq!(severity(ProbeStatus::Failing), "critical");
-        assert_eq!(ProbeStatus::Healthy.stream_status(), "watching");
-        assert_eq!(ProbeStatus::Failing.stream_status(), "failing");
-        assert_eq!(ProbeStatus::Failing.agent_state(), "degraded");
-        assert_eq!(
-            AnomalyClass::parse("5xx server error"),
-            Some(AnomalyClass::ServerError)
-        );
-        assert_eq!(AnomalyClass::parse("nope"), None);
     }
 }

@@ -11,21 +11,30 @@
 //!   scheme and, for IP-literal hosts (which bypass the resolver), the address
 //!   are checked with [`Guard::check_target`];
 //! * at most [`FetchConfig::max_redirects`] redirects per document; bodies are
-//!   capped at [`FetchConfig::max_body_bytes`].
+//!   capped at [`FetchConfig::max_body_bytes`];
+//! * every request waits for its host's turn ([`HostPacer`]): at most
+//!   [`FetchConfig::host_rate`] requests per second to one host. That wait is the prober's
+//!   own doing, so it extends the probe's deadline and is left out of its latency;
+//! * bodies being read are counted against one budget shared by all probes
+//!   ([`FetchConfig::body_budget_bytes`]); a probe that cannot get budget within
+//!   [`BODY_BUDGET_WAIT`] gives up without a verdict ([`ProbeOutcome::Deferred`]).
 
 use std::error::Error as StdError;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, LOCATION};
-use reqwest::redirect::Policy;
 use url::Url;
 
 use crate::prober::manifest::{
     check_variant, parse_manifest, ManifestCheck, ManifestError, ManifestKind, ManifestSummary,
     Parsed, StalenessTracker,
 };
-use crate::ssrf::{resolve_location, Guard, GuardError, GuardedResolver};
+use crate::prober::pacer::{host_key, HostPacer};
+use crate::ssrf::{guarded_client, resolve_location, Guard, GuardError};
 
 /// `User-Agent` of every probe request.
 pub const USER_AGENT: &str = "streamwatch-prober/0.1";
@@ -35,6 +44,15 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Default and contract maximum of redirects followed per document.
 pub const MAX_REDIRECTS: usize = 5;
+
+/// Default requests per second to one host (`STREAMWATCH_PROBE_HOST_RATE`).
+pub const DEFAULT_HOST_RATE: u32 = 50;
+
+/// Default bytes of bodies held across all probes at once: 64 MiB.
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long a probe waits for body budget before it gives up without a verdict.
+pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(2);
 
 /// Settings of the probe fetcher.
 #[derive(Debug, Clone)]
@@ -47,17 +65,24 @@ pub struct FetchConfig {
     pub max_body_bytes: usize,
     /// Redirects followed per document (manifest, variant).
     pub max_redirects: usize,
+    /// Requests per second to one host at most.
+    pub host_rate: u32,
+    /// Bytes of bodies all probes may hold at once.
+    pub body_budget_bytes: usize,
 }
 
 impl FetchConfig {
     /// Defaults around a whole-probe timeout: connect timeout = min(timeout,
-    /// 5 s), 4 MiB bodies, 5 redirects.
+    /// 5 s), 4 MiB bodies, 5 redirects, 50 requests per second per host, 64 MiB of
+    /// bodies in all.
     pub fn new(probe_timeout: Duration) -> Self {
         Self {
             probe_timeout,
             connect_timeout: probe_timeout.min(Duration::from_secs(5)),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_redirects: MAX_REDIRECTS,
+            host_rate: DEFAULT_HOST_RATE,
+            body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
         }
     }
 }
@@ -94,6 +119,25 @@ pub enum ProbeOutcome {
     Protocol(String),
 }
 
+/// A probe that ended without a verdict on the stream because the prober itself was short
+/// of a resource (body budget, when many large manifests are read at once). Nothing is
+/// recorded; the scheduler probes the stream again shortly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not probed: {0}")]
+pub struct NotProbed(pub &'static str);
+
+/// Why a request sequence stopped early: a verdict on the stream, or none.
+enum Stop {
+    Verdict(ProbeOutcome),
+    NotProbed(NotProbed),
+}
+
+impl From<ProbeOutcome> for Stop {
+    fn from(o: ProbeOutcome) -> Self {
+        Stop::Verdict(o)
+    }
+}
+
 impl ProbeOutcome {
     /// Applies the staleness rule (see [`ManifestCheck::with_staleness`]) to a
     /// 2xx outcome; other outcomes are returned unchanged.
@@ -101,7 +145,7 @@ impl ProbeOutcome {
         self,
         tracker: &mut StalenessTracker<K>,
         key: K,
-        now: Instant,
+        now: std::time::Instant,
     ) -> ProbeOutcome {
         match self {
             ProbeOutcome::Ok {
@@ -139,23 +183,43 @@ pub struct Fetcher {
     client: reqwest::Client,
     guard: Arc<Guard>,
     cfg: FetchConfig,
+    pacer: Arc<HostPacer>,
+    bodies: Arc<Semaphore>,
 }
+
+/// One probe's time budget: the probe timeout counted from the start, pushed back by the
+/// time spent waiting on the prober's own limits (host pacing), which is not the origin's.
+struct Budget {
+    deadline: Instant,
+    waited: Duration,
+    /// A slot already booked for the first request.
+    first_slot: Option<Instant>,
+}
+
+impl Budget {
+    fn extend(&mut self, waited: Duration) {
+        self.deadline += waited;
+        self.waited += waited;
+    }
+}
+
+/// Body bytes a probe holds against the shared budget; released when dropped.
+struct Held(Vec<OwnedSemaphorePermit>);
 
 /// A fetched document (after redirects).
 struct Document {
     status: u16,
     url: Url,
     body: Result<Vec<u8>, ManifestError>,
+    /// The body's share of the body budget, held for as long as the body is.
+    _held: Held,
 }
 
 impl Fetcher {
     /// Builds the client: no proxies, no automatic redirects, the guarded
     /// resolver, [`USER_AGENT`], the connect timeout and a small idle pool.
     pub fn new(guard: Arc<Guard>, cfg: FetchConfig) -> Result<Self, BuildError> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(Policy::none())
-            .dns_resolver(Arc::new(GuardedResolver::new(Arc::clone(&guard))))
+        let client = guarded_client(Arc::clone(&guard))
             .user_agent(USER_AGENT)
             .connect_timeout(cfg.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
@@ -163,7 +227,27 @@ impl Fetcher {
             .tcp_keepalive(Duration::from_secs(60))
             .tcp_nodelay(true)
             .build()?;
-        Ok(Self { client, guard, cfg })
+        let pacer = Arc::new(HostPacer::new(cfg.host_rate));
+        let bodies = Arc::new(Semaphore::new(
+            cfg.body_budget_bytes.min(Semaphore::MAX_PERMITS),
+        ));
+        Ok(Self {
+            client,
+            guard,
+            cfg,
+            pacer,
+            bodies,
+        })
+    }
+
+    /// The per-host pacer every request of this fetcher waits on.
+    pub fn pacer(&self) -> &Arc<HostPacer> {
+        &self.pacer
+    }
+
+    /// Body bytes available in the shared budget now.
+    pub fn body_budget_available(&self) -> usize {
+        self.bodies.available_permits()
     }
 
     /// The guard this fetcher applies.
@@ -179,37 +263,50 @@ impl Fetcher {
     /// Probes `url`: manifest (and one variant for an HLS master playlist),
     /// bounded by the probe timeout. Staleness is applied by the caller with
     /// [`ManifestCheck::with_staleness`].
-    pub async fn fetch_manifest(&self, url: &str) -> FetchResult {
+    pub async fn fetch_manifest(&self, url: &str) -> Result<FetchResult, NotProbed> {
+        self.fetch_manifest_booked(url, None).await
+    }
+
+    /// [`Fetcher::fetch_manifest`] whose first request uses a slot of the URL's host already
+    /// booked on [`Fetcher::pacer`] (the scheduler books it when it claims the stream).
+    pub async fn fetch_manifest_booked(
+        &self,
+        url: &str,
+        first_slot: Option<Instant>,
+    ) -> Result<FetchResult, NotProbed> {
         let started = Instant::now();
         let mut last_url = None;
-        let outcome = match tokio::time::timeout(
-            self.cfg.probe_timeout,
-            self.probe(url, &mut last_url),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_) => ProbeOutcome::Timeout(self.cfg.probe_timeout),
+        let mut budget = Budget {
+            deadline: started + self.cfg.probe_timeout,
+            waited: Duration::ZERO,
+            first_slot,
         };
-        let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        FetchResult {
+        let outcome = match self.probe(url, &mut last_url, &mut budget).await {
+            Ok(outcome) | Err(Stop::Verdict(outcome)) => outcome,
+            Err(Stop::NotProbed(why)) => return Err(why),
+        };
+        let spent = started.elapsed().saturating_sub(budget.waited);
+        let latency_ms = u64::try_from(spent.as_millis()).unwrap_or(u64::MAX);
+        Ok(FetchResult {
             outcome,
             latency_ms,
             final_url: last_url,
-        }
+        })
     }
 
-    async fn probe(&self, raw: &str, last_url: &mut Option<Url>) -> ProbeOutcome {
+    async fn probe(
+        &self,
+        raw: &str,
+        last_url: &mut Option<Url>,
+        budget: &mut Budget,
+    ) -> Result<ProbeOutcome, Stop> {
         let url = match Url::parse(raw) {
             Ok(url) => url,
-            Err(_) => return ProbeOutcome::Refused(GuardError::Unparseable),
+            Err(_) => return Ok(ProbeOutcome::Refused(GuardError::Unparseable)),
         };
-        let doc = match self.get_following(url, last_url).await {
-            Ok(doc) => doc,
-            Err(outcome) => return outcome,
-        };
+        let doc = self.get_following(url, last_url, budget).await?;
         if !(200..300).contains(&doc.status) {
-            return ProbeOutcome::HttpStatus(doc.status);
+            return Ok(ProbeOutcome::HttpStatus(doc.status));
         }
         let http_status = doc.status;
         let invalid = |e| ProbeOutcome::Ok {
@@ -220,48 +317,63 @@ impl Fetcher {
             http_status,
             manifest: ManifestCheck::Valid(ManifestSummary { kind, media, dash }),
         };
-        let body = match doc.body {
+        let Document {
+            body, url, _held, ..
+        } = doc;
+        let body = match body {
             Ok(body) => body,
-            Err(e) => return invalid(e),
+            Err(e) => return Ok(invalid(e)),
         };
-        match parse_manifest(&body) {
+        let parsed = parse_manifest(&body);
+        // The body and its share of the budget go before a variant is fetched.
+        drop(body);
+        drop(_held);
+        Ok(match parsed {
             Err(e) => invalid(e),
             Ok(Parsed::HlsMedia(info)) => valid(ManifestKind::HlsMedia, Some(info), None),
             Ok(Parsed::Dash(info)) => valid(ManifestKind::Dash, None, Some(info)),
             Ok(Parsed::HlsMaster { variant_uri, .. }) => {
-                let Ok(variant_url) = doc.url.join(&variant_uri) else {
-                    return invalid(ManifestError::BadVariantUri);
+                let Ok(variant_url) = url.join(&variant_uri) else {
+                    return Ok(invalid(ManifestError::BadVariantUri));
                 };
-                let variant = match self.get_following(variant_url, last_url).await {
-                    Ok(doc) => doc,
-                    Err(outcome) => return outcome,
-                };
+                let variant = self.get_following(variant_url, last_url, budget).await?;
                 if !(200..300).contains(&variant.status) {
-                    return ProbeOutcome::HttpStatus(variant.status);
+                    return Ok(ProbeOutcome::HttpStatus(variant.status));
                 }
                 match variant.body.and_then(|b| check_variant(&b)) {
                     Ok(info) => valid(ManifestKind::HlsMaster, Some(info), None),
                     Err(e) => invalid(e),
                 }
             }
-        }
+        })
     }
 
     /// GET `url`, following at most `max_redirects` redirects, each hop
-    /// re-checked by the guard. Returns the final answer with its body read
-    /// (capped) when it is 2xx.
+    /// re-checked by the guard and paced per host. Returns the final answer with its
+    /// body read (capped) when it is 2xx.
     async fn get_following(
         &self,
         mut url: Url,
         last_url: &mut Option<Url>,
-    ) -> Result<Document, ProbeOutcome> {
+        budget: &mut Budget,
+    ) -> Result<Document, Stop> {
         let mut redirects = 0;
         loop {
             self.guard
                 .check_target(&url)
                 .map_err(ProbeOutcome::Refused)?;
             *last_url = Some(url.clone());
-            let resp = self
+            let waited = match budget.first_slot.take() {
+                Some(slot) => {
+                    let now = Instant::now();
+                    tokio::time::sleep_until(slot).await;
+                    slot.saturating_duration_since(now)
+                }
+                None => self.pacer.wait_turn(&host_key(&url)).await,
+            };
+            budget.extend(waited);
+            let timeout = ProbeOutcome::Timeout(self.cfg.probe_timeout);
+            let sent = self
                 .client
                 .get(url.clone())
                 .header(
@@ -270,14 +382,16 @@ impl Fetcher {
                         "application/vnd.apple.mpegurl, application/dash+xml;q=0.9, */*;q=0.8",
                     ),
                 )
-                .send()
+                .send();
+            let resp = tokio::time::timeout_at(budget.deadline, sent)
                 .await
+                .map_err(|_| timeout.clone())?
                 .map_err(|e| outcome_of(&e))?;
             let status = resp.status().as_u16();
             if matches!(status, 301 | 302 | 303 | 307 | 308) {
                 if let Some(location) = resp.headers().get(LOCATION) {
                     if redirects == self.cfg.max_redirects {
-                        return Err(ProbeOutcome::TooManyRedirects(self.cfg.max_redirects));
+                        return Err(ProbeOutcome::TooManyRedirects(self.cfg.max_redirects).into());
                     }
                     let location = location
                         .to_str()
@@ -292,36 +406,81 @@ impl Fetcher {
                     status,
                     url,
                     body: Ok(Vec::new()),
+                    _held: Held(Vec::new()),
                 });
             }
-            let body = self.read_capped(resp).await?;
-            return Ok(Document { status, url, body });
+            let (body, held) = self.read_capped(resp, budget).await?;
+            return Ok(Document {
+                status,
+                url,
+                body,
+                _held: held,
+            });
         }
     }
 
     /// Reads a body up to the cap; over the cap is an invalid manifest, a
-    /// broken body is a protocol failure.
+    /// broken body is a protocol failure. The buffer's capacity is held against the
+    /// shared body budget while the probe runs.
     async fn read_capped(
         &self,
         mut resp: reqwest::Response,
-    ) -> Result<Result<Vec<u8>, ManifestError>, ProbeOutcome> {
+        budget: &mut Budget,
+    ) -> Result<(Result<Vec<u8>, ManifestError>, Held), Stop> {
         let cap = self.cfg.max_body_bytes;
+        let timeout = ProbeOutcome::Timeout(self.cfg.probe_timeout);
         let declared = resp
             .headers()
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > cap as u64) {
-            return Ok(Err(ManifestError::TooLarge(cap)));
+            return Ok((Err(ManifestError::TooLarge(cap)), Held(Vec::new())));
         }
-        let mut body = Vec::with_capacity(declared.map_or(8 * 1024, |n| n as usize));
-        while let Some(chunk) = resp.chunk().await.map_err(|e| outcome_of(&e))? {
-            if body.len() + chunk.len() > cap {
-                return Ok(Err(ManifestError::TooLarge(cap)));
+        let mut held = Held(Vec::new());
+        let first = declared.map_or(8 * 1024, |n| n as usize).max(1);
+        self.hold(&mut held, first, budget).await?;
+        let mut body = Vec::with_capacity(first);
+        loop {
+            let chunk = tokio::time::timeout_at(budget.deadline, resp.chunk())
+                .await
+                .map_err(|_| timeout.clone())?
+                .map_err(|e| outcome_of(&e))?;
+            let Some(chunk) = chunk else { break };
+            let needed = body.len() + chunk.len();
+            if needed > cap {
+                return Ok((Err(ManifestError::TooLarge(cap)), Held(Vec::new())));
+            }
+            if needed > body.capacity() {
+                // Grow by doubling (bounded by the cap), holding the new capacity first.
+                let grown = needed.max(body.capacity() * 2).min(cap);
+                self.hold(&mut held, grown - body.capacity(), budget)
+                    .await?;
+                body.reserve_exact(grown - body.len());
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Ok(body))
+        Ok((Ok(body), held))
+    }
+
+    /// Takes `bytes` more of the shared body budget, waiting at most [`BODY_BUDGET_WAIT`]
+    /// (not counted against the probe: the shortage is the prober's own).
+    async fn hold(&self, held: &mut Held, bytes: usize, budget: &mut Budget) -> Result<(), Stop> {
+        let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let started = Instant::now();
+        let permit = tokio::time::timeout(
+            BODY_BUDGET_WAIT,
+            Arc::clone(&self.bodies).acquire_many_owned(n),
+        )
+        .await;
+        budget.extend(started.elapsed());
+        match permit {
+            Ok(Ok(p)) => {
+                held.0.push(p);
+                Ok(())
+            }
+            _ => Err(Stop::NotProbed(NotProbed("body budget exhausted"))),
+        }
     }
 }
 
@@ -493,7 +652,7 @@ mod tests {
     }
 
     async fn probe(f: &Fetcher, url: &str) -> (FetchResult, Classified) {
-        let r = f.fetch_manifest(url).await;
+        let r = f.fetch_manifest(url).await.expect("probed");
         let c = classify(&r.outcome, r.latency_ms, SLOW_MS);
         (r, c)
     }
@@ -1067,10 +1226,10 @@ mod tests {
         let o = Origin::start("127.0.0.1", vec![("/m.m3u8", reply(200, MEDIA))]).await;
         let f = fetcher();
         let mut tracker = StalenessTracker::<String>::new();
-        let t0 = Instant::now();
+        let t0 = std::time::Instant::now();
         let mut last = None;
         for secs in [0, 6, 12, 18] {
-            let r = f.fetch_manifest(&o.url("/m.m3u8")).await;
+            let r = f.fetch_manifest(&o.url("/m.m3u8")).await.expect("probed");
             let outcome = r.outcome.with_staleness(
                 &mut tracker,
                 "s1".to_owned(),
@@ -1085,5 +1244,93 @@ mod tests {
             Some(200),
             "media sequence stuck at 118 for 18 s",
         );
+    }
+
+    /// An origin that sends headers with a Content-Length at once, then the body slowly, so a
+    /// probe holds its body buffer for as long as the test needs.
+    async fn trickling_origin(len: usize, per_chunk: Duration) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = sock.read(&mut buf).await;
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+                    if sock.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = vec![b'#'; 64 * 1024];
+                    let mut sent = 0;
+                    while sent < len {
+                        let n = chunk.len().min(len - sent);
+                        if sock.write_all(&chunk[..n]).await.is_err() {
+                            return;
+                        }
+                        sent += n;
+                        tokio::time::sleep(per_chunk).await;
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn bodies_of_all_probes_share_one_budget() {
+        let addr = trickling_origin(800 * 1024, Duration::from_millis(400)).await;
+        let guard = Guard::new(vec!["127.0.0.0/8".parse().unwrap()], StaticLookup::new());
+        let mut cfg = FetchConfig::new(Duration::from_secs(30));
+        cfg.body_budget_bytes = 1024 * 1024;
+        let f = Fetcher::new(Arc::new(guard), cfg).unwrap();
+        let url = format!("http://{addr}/big.m3u8");
+        // The first probe takes 800 KiB of the 1 MiB budget for its declared body and holds it
+        // while the body trickles in (about 5 s).
+        let first = {
+            let (f, url) = (f.clone(), url.clone());
+            tokio::spawn(async move { f.fetch_manifest(&url).await })
+        };
+        while f.body_budget_available() > 256 * 1024 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(f.body_budget_available(), 224 * 1024);
+        // A second large body cannot get budget: after a bounded wait it gives up without a
+        // verdict, instead of growing memory or timing out the stream.
+        let second = f.fetch_manifest(&url).await;
+        assert_eq!(second, Err(NotProbed("body budget exhausted")));
+        // The first completes (an invalid manifest: it is all '#'), and gives its budget back.
+        let first = first.await.unwrap().expect("probed");
+        assert!(matches!(
+            first.outcome,
+            ProbeOutcome::Ok {
+                manifest: ManifestCheck::Invalid(_),
+                ..
+            }
+        ));
+        assert_eq!(f.body_budget_available(), 1024 * 1024);
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_host_is_not_latency_and_not_timeout() {
+        // Two requests a second to this host, a 1.5 s probe timeout: ten probes of one host
+        // wait up to 4.5 s for their turn, yet none times out, and the wait is not latency.
+        let o = Origin::start("127.0.0.1", vec![("/m.m3u8", reply(200, MEDIA))]).await;
+        let guard = Guard::new(vec!["127.0.0.0/8".parse().unwrap()], StaticLookup::new());
+        let mut cfg = FetchConfig::new(Duration::from_millis(1500));
+        cfg.host_rate = 2;
+        let f = Fetcher::new(Arc::new(guard), cfg).unwrap();
+        let url = o.url("/m.m3u8");
+        let probes: Vec<_> = (0..10)
+            .map(|_| {
+                let (f, url) = (f.clone(), url.clone());
+                tokio::spawn(async move { f.fetch_manifest(&url).await })
+            })
+            .collect();
+        for p in probes {
+            let r = p.await.unwrap().expect("probed");
+            assert!(matches!(r.outcome, ProbeOutcome::Ok { .. }), "{r:?}");
+            assert!(r.latency_ms < 1500, "{r:?}");
+        }
+        assert_eq!(o.hits(), 10);
     }
 }

@@ -6,11 +6,13 @@
 //! * [`fetch`] — one probe's guarded HTTP work (redirects by hand, whole-probe timeout).
 //! * [`manifest`] — HLS/DASH checks and the staleness memory.
 //! * [`classify`] — outcome → probe status, anomaly class, detail, `lastAction`.
+//! * [`pacer`] — at most `STREAMWATCH_PROBE_HOST_RATE` requests per second to one host.
 //! * [`retention`] — deletes probe rows older than 30 days.
 
 pub mod classify;
 pub mod fetch;
 pub mod manifest;
+pub mod pacer;
 pub mod retention;
 pub mod scheduler;
 
@@ -25,7 +27,9 @@ use scheduler::{Scheduler, SchedulerConfig};
 /// The service's scheduler: the configured interval, timeout and slow threshold, probing
 /// through `guard` (the same guard that checks registrations).
 pub fn scheduler(config: &Config, db: Db, guard: Guard) -> Result<Scheduler, BuildError> {
-    let fetcher = Fetcher::new(Arc::new(guard), FetchConfig::new(config.probe_timeout))?;
+    let mut fetch = FetchConfig::new(config.probe_timeout);
+    fetch.host_rate = config.probe_host_rate;
+    let fetcher = Fetcher::new(Arc::new(guard), fetch)?;
     Ok(Scheduler::new(
         db,
         fetcher,

@@ -32,7 +32,7 @@
 //! Shutdown: when the stop signal fires no more streams are claimed, and [`Scheduler::run`]
 //! returns once every in-flight probe is recorded.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -44,8 +44,9 @@ use tokio::task::JoinSet;
 use crate::config::Config;
 use crate::db::Db;
 use crate::prober::classify::{classify, last_action, Classified};
-use crate::prober::fetch::Fetcher;
+use crate::prober::fetch::{Fetcher, NotProbed};
 use crate::prober::manifest::StalenessTracker;
+use crate::prober::pacer::host_key;
 use crate::probes::{DueStream, NewProbe, ProbeStatus, Probes};
 use crate::time::now_ms;
 
@@ -66,6 +67,14 @@ const ERROR_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How often the staleness memory is pruned of streams that no longer exist.
 const TRACKER_PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// A stream whose host is booked further ahead than this is not probed now: it is deferred
+/// to when its host has a free slot, so it does not sit in a probe slot that another host's
+/// stream could use (see [`crate::prober::pacer`]).
+const MAX_HOST_BACKLOG: Duration = Duration::from_secs(1);
+
+/// A probe that ended without a verdict ([`NotProbed`]) is tried again this much later.
+const NOT_PROBED_RETRY: Duration = Duration::from_secs(5);
 
 /// Settings of the scheduler.
 #[derive(Clone, Debug)]
@@ -200,7 +209,9 @@ impl Scheduler {
         let mut probes = JoinSet::new();
         let mut last_prune = Instant::now();
         while !*stop.borrow() {
-            while probes.try_join_next().is_some() {}
+            while let Some(done) = probes.try_join_next() {
+                propagate_panic(done);
+            }
             let next = self.poll(&slots, &mut probes).await;
             let stopped = match next {
                 Next::Poll => false,
@@ -231,7 +242,9 @@ impl Scheduler {
         }
         let in_flight = probes.len();
         tracing::info!(in_flight, "prober stopping, waiting for probes in flight");
-        while probes.join_next().await.is_some() {}
+        while let Some(done) = probes.join_next().await {
+            propagate_panic(done);
+        }
         tracing::info!("prober stopped");
     }
 
@@ -275,14 +288,45 @@ impl Scheduler {
             }
         };
         let count = claimed.len();
+        // Streams of one saturated host deferred in this poll queue up behind each other at
+        // the host's rate, so each comes back when a slot is free for it (not all at once).
+        let mut queued: HashMap<String, u32> = HashMap::new();
+        let mut deferred = Vec::new();
         for due in claimed {
+            let slot = match self.book_first_request(&due) {
+                Ok(slot) => slot,
+                Err((host, free_in)) => {
+                    let ahead = queued.entry(host).or_default();
+                    let eta = free_in + self.shared.fetcher.pacer().spacing() * *ahead;
+                    *ahead += 1;
+                    deferred.push((due.id, jittered(now + duration_ms(eta))));
+                    continue;
+                }
+            };
             // Only this loop takes permits, so one is free for every claimed stream.
             let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
                 tracing::warn!(stream_id = %due.id, "no free probe slot, lease will expire");
                 continue;
             };
             if let Some(token) = InFlight::enter(&self.shared, &due.id) {
-                probes.spawn(probe_one(Arc::clone(&self.shared), due, permit, token));
+                probes.spawn(probe_one(
+                    Arc::clone(&self.shared),
+                    due,
+                    slot,
+                    permit,
+                    token,
+                ));
+            }
+        }
+        if !deferred.is_empty() {
+            // One statement for the whole poll: a saturated host can defer hundreds of streams
+            // per poll, and the loop must get back to the other hosts' streams.
+            tracing::debug!(
+                streams = deferred.len(),
+                "probes deferred by the host rate limit"
+            );
+            if let Err(e) = self.shared.probes.defer_many(&deferred).await {
+                tracing::warn!(error = %e, "cannot defer probes, leases will expire");
             }
         }
         if count == free {
@@ -308,6 +352,27 @@ impl Scheduler {
             }
         };
         until.clamp(cfg.min_tick(), cfg.max_tick())
+    }
+
+    /// Books the probe's first request on its host, or tells how long until the host has a
+    /// slot when that is further off than [`MAX_HOST_BACKLOG`]. (A URL that does not parse
+    /// books nothing: the fetcher refuses it without a request.)
+    fn book_first_request(
+        &self,
+        due: &DueStream,
+    ) -> Result<Option<tokio::time::Instant>, (String, Duration)> {
+        let Ok(url) = url::Url::parse(&due.source_url) else {
+            return Ok(None);
+        };
+        let host = host_key(&url);
+        let pacer = self.shared.fetcher.pacer();
+        match pacer.try_book(&host, MAX_HOST_BACKLOG) {
+            Some(slot) => Ok(Some(slot)),
+            None => {
+                let backlog = pacer.backlog(&host);
+                Err((host, backlog))
+            }
+        }
     }
 
     /// Drops staleness memory of streams that no longer exist.
@@ -350,12 +415,23 @@ impl Drop for InFlight {
 async fn probe_one(
     shared: Arc<Shared>,
     due: DueStream,
+    first_slot: Option<tokio::time::Instant>,
     _permit: OwnedSemaphorePermit,
     _token: InFlight,
 ) {
     let cfg = &shared.cfg;
     let started_at = now_ms();
-    let fetched = shared.fetcher.fetch_manifest(&due.source_url).await;
+    let fetched = match shared
+        .fetcher
+        .fetch_manifest_booked(&due.source_url, first_slot)
+        .await
+    {
+        Ok(fetched) => fetched,
+        Err(NotProbed(why)) => {
+            defer(&shared, &due, now_ms() + duration_ms(NOT_PROBED_RETRY), why).await;
+            return;
+        }
+    };
     let outcome = {
         let mut tracker = lock(&shared.tracker);
         fetched
@@ -383,6 +459,23 @@ async fn probe_one(
     }
 }
 
+/// Releases a claimed stream unprobed, due again at `next_at` (jittered).
+async fn defer(shared: &Shared, due: &DueStream, next_at: i64, why: &'static str) {
+    let next_at = jittered(next_at);
+    tracing::debug!(stream_id = %due.id, why, next_at, "probe deferred");
+    metrics::counter!("streamwatch_prober_deferred_total", "reason" => "body_budget").increment(1);
+    if let Err(e) = shared.probes.defer_many(&[(due.id.clone(), next_at)]).await {
+        tracing::warn!(stream_id = %due.id, error = %e, "cannot defer probe, lease will expire");
+    }
+}
+
+/// `next_at` pushed back by 0–10 % of the wait (at least a second's worth), so deferred
+/// streams do not come back as one burst.
+fn jittered(next_at: i64) -> i64 {
+    let spread = (next_at - now_ms()).max(1000) / 10;
+    next_at + rand::thread_rng().gen_range(0..=spread)
+}
+
 /// The probe row and snapshot update of one classified probe (decisions.md §6).
 fn probe_row(
     due: &DueStream,
@@ -402,12 +495,13 @@ fn probe_row(
     NewProbe {
         stream_id: due.id.clone(),
         status: classified.status,
-        anomaly_class: classified.anomaly_class.as_str().to_owned(),
+        anomaly_class: classified.anomaly_class,
         latency_ms: i64::try_from(latency_ms).unwrap_or(i64::MAX),
         http_status: classified.http_status,
         detail: classified.detail.clone(),
         created_at: started_at,
-        last_action: last_action(due.previous, classified, latency_ms),
+        playable: classified.playable(),
+        last_action: last_action(due.previous, due.down_streak, classified, latency_ms),
         next_probe_at: next_due_at(base, period, now_ms(), &mut rand::thread_rng()),
     }
 }
@@ -415,6 +509,16 @@ fn probe_row(
 /// One debug line per probe; an info line when the stream changes status.
 fn log_probe(due: &DueStream, row: &NewProbe, started_at: i64) {
     let lateness_ms = started_at - due.due_at;
+    metrics::counter!(
+        "streamwatch_probes_total",
+        "status" => row.status.as_str(),
+        "anomaly_class" => row.anomaly_class.as_str()
+    )
+    .increment(1);
+    metrics::histogram!("streamwatch_probe_duration_seconds")
+        .record(row.latency_ms.max(0) as f64 / 1000.0);
+    metrics::histogram!("streamwatch_prober_lateness_seconds")
+        .record(lateness_ms.max(0) as f64 / 1000.0);
     if due.previous.is_some_and(|p| p != row.status) {
         tracing::info!(
             stream_id = %due.id,
@@ -434,6 +538,16 @@ fn log_probe(due: &DueStream, row: &NewProbe, started_at: i64) {
     );
 }
 
+/// A probe task that panicked takes the prober down with it, and with the prober the process
+/// (see `crate::supervisor`): a prober that quietly lost a probe would report stale health.
+fn propagate_panic(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -448,6 +562,7 @@ mod tests {
     use rand::SeedableRng;
 
     use super::*;
+    use crate::prober::classify::classify;
 
     fn cfg(interval_ms: u64) -> SchedulerConfig {
         SchedulerConfig {
@@ -483,6 +598,78 @@ mod tests {
             let next = next_due_at(100_000, 30_000, 109_000, &mut rng);
             assert!((128_500..=131_500).contains(&next), "{next}");
         }
+    }
+
+    fn due(previous: Option<ProbeStatus>, due_at: i64) -> DueStream {
+        DueStream {
+            id: "s".into(),
+            source_url: "http://127.0.0.1/x.m3u8".into(),
+            due_at,
+            previous,
+            down_streak: 0,
+        }
+    }
+
+    fn classified(status: ProbeStatus) -> Classified {
+        let outcome = match status {
+            ProbeStatus::Healthy => crate::prober::fetch::ProbeOutcome::Ok {
+                http_status: 200,
+                manifest: crate::prober::manifest::ManifestCheck::Valid(
+                    crate::prober::manifest::ManifestSummary {
+                        kind: crate::prober::manifest::ManifestKind::HlsMedia,
+                        media: None,
+                        dash: None,
+                    },
+                ),
+            },
+            ProbeStatus::Degraded => crate::prober::fetch::ProbeOutcome::HttpStatus(404),
+            ProbeStatus::Failing => crate::prober::fetch::ProbeOutcome::HttpStatus(503),
+        };
+        classify(&outcome, 10, 2000)
+    }
+
+    #[test]
+    fn next_probe_is_an_interval_after_healthy_and_a_quarter_after_not_healthy() {
+        let c = cfg(40_000);
+        // Due times in the future relative to the probe, so no re-spread kicks in.
+        let base = now_ms() + 60_000;
+        for _ in 0..200 {
+            for (status, period) in [
+                (ProbeStatus::Healthy, 40_000),
+                (ProbeStatus::Degraded, 10_000),
+                (ProbeStatus::Failing, 10_000),
+            ] {
+                let row = probe_row(
+                    &due(Some(ProbeStatus::Healthy), base),
+                    &classified(status),
+                    10,
+                    base - 5,
+                    &c,
+                );
+                let gap = row.next_probe_at - base;
+                assert!(
+                    (period * 95 / 100..=period * 105 / 100).contains(&gap),
+                    "{status}: {gap}"
+                );
+                assert_eq!(row.playable, status == ProbeStatus::Healthy);
+            }
+        }
+    }
+
+    #[test]
+    fn a_first_probe_sets_the_phase_from_its_start() {
+        let c = cfg(40_000);
+        let registered = now_ms() + 60_000;
+        // Picked up 300 ms after registration: the schedule starts from the probe.
+        let row = probe_row(
+            &due(None, registered),
+            &classified(ProbeStatus::Healthy),
+            10,
+            registered + 300,
+            &c,
+        );
+        let gap = row.next_probe_at - (registered + 300);
+        assert!((38_000..=42_000).contains(&gap), "{gap}");
     }
 
     #[test]

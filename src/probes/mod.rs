@@ -3,10 +3,9 @@
 //! decisions.md §6), and retention.
 
 pub mod agent;
+pub mod timeline;
 
 use std::collections::HashSet;
-
-use sqlx::Row;
 
 use crate::db::{Db, DbError, Engine};
 use crate::streams::uptime::{self, hour_of};
@@ -15,85 +14,21 @@ use crate::time::new_id;
 /// Probe rows older than this are deleted.
 pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
 
-/// Status of one probe row (interface.md "Probe"; decisions.md §6). The one probe-status
-/// type of the crate: the prober classifies into it, the store and the agent feed read it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProbeStatus {
-    /// 2xx, valid manifest, fast enough.
-    Healthy,
-    /// Answering, but slow, invalid, stale or 4xx.
-    Degraded,
-    /// Not answering usefully: network, timeout, guard refusal, 5xx.
-    Failing,
-}
-
-impl ProbeStatus {
-    /// Wire value: `healthy`, `degraded`, `failing`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "healthy",
-            ProbeStatus::Degraded => "degraded",
-            ProbeStatus::Failing => "failing",
-        }
-    }
-
-    /// Parses a stored wire value.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "healthy" => Some(ProbeStatus::Healthy),
-            "degraded" => Some(ProbeStatus::Degraded),
-            "failing" => Some(ProbeStatus::Failing),
-            _ => None,
-        }
-    }
-
-    /// The stream's `status` after a probe with this outcome: `watching`, `degraded`,
-    /// `failing`.
-    pub fn stream_status(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "watching",
-            ProbeStatus::Degraded => "degraded",
-            ProbeStatus::Failing => "failing",
-        }
-    }
-
-    /// The inverse of [`ProbeStatus::stream_status`]: the status of the probe that left a
-    /// stream in snapshot `status` (`None` for an unknown value).
-    pub fn from_stream_status(s: &str) -> Option<Self> {
-        match s {
-            "watching" => Some(ProbeStatus::Healthy),
-            "degraded" => Some(ProbeStatus::Degraded),
-            "failing" => Some(ProbeStatus::Failing),
-            _ => None,
-        }
-    }
-
-    /// The stream's `agentState` after a probe with this outcome: `healthy` after a healthy
-    /// probe, else `degraded`.
-    pub fn agent_state(self) -> &'static str {
-        match self {
-            ProbeStatus::Healthy => "healthy",
-            _ => "degraded",
-        }
-    }
-}
-
-impl std::fmt::Display for ProbeStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::states::ProbeStatus;
+use crate::states::{AnomalyClass, StreamStatus};
 
 /// One finished probe, ready to store.
 #[derive(Clone, Debug)]
 pub struct NewProbe {
     pub stream_id: String,
     pub status: ProbeStatus,
-    pub anomaly_class: String,
+    pub anomaly_class: AnomalyClass,
     pub latency_ms: i64,
     pub http_status: Option<u16>,
     pub detail: String,
     pub created_at: i64,
+    /// Whether a viewer could have played the stream (decisions.md v1.1 §6).
+    pub playable: bool,
     /// The stream's `lastAction` after this probe.
     pub last_action: String,
     /// When this stream is due again.
@@ -112,6 +47,20 @@ pub struct DueStream {
     pub due_at: i64,
     /// Status of the stream's previous probe (from its snapshot); `None` before the first.
     pub previous: Option<ProbeStatus>,
+    /// Consecutive not-playable probes up to now (0 after a playable one).
+    pub down_streak: i64,
+}
+
+/// A stream leased by [`Probes::claim_due`], as the `RETURNING` clause gives it.
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    id: String,
+    source_url: String,
+    #[sqlx(try_from = "String")]
+    status: StreamStatus,
+    next_probe_at: i64,
+    last_checked_at: Option<i64>,
+    down_streak: i64,
 }
 
 /// Probe storage over the relational store.
@@ -132,30 +81,31 @@ impl Probes {
         let id = new_id();
         // Inserted only while the stream exists (it may have gone since it was claimed).
         let inserted = sqlx::query(
-            "INSERT INTO probes (id, stream_id, status, anomaly_class, latency_ms, http_status, detail, created_at) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM streams WHERE id = $2)",
+            "INSERT INTO probes (id, stream_id, status, anomaly_class, latency_ms, http_status, detail, created_at, playable) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE EXISTS (SELECT 1 FROM streams WHERE id = $2)",
         )
         .bind(&id)
         .bind(&p.stream_id)
         .bind(p.status.as_str())
-        .bind(&p.anomaly_class)
+        .bind(p.anomaly_class.as_str())
         .bind(p.latency_ms)
         .bind(p.http_status.map(i64::from))
         .bind(&p.detail)
         .bind(p.created_at)
+        .bind(i64::from(p.playable))
         .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() == 0 {
             return Ok(None);
         }
         sqlx::query(
-            "INSERT INTO probe_rollups (stream_id, hour, total, failing) VALUES ($1, $2, 1, $3) \
+            "INSERT INTO probe_rollups (stream_id, hour, total, down) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (stream_id, hour) DO UPDATE SET total = probe_rollups.total + 1, \
-                 failing = probe_rollups.failing + excluded.failing",
+                 down = probe_rollups.down + excluded.down",
         )
         .bind(&p.stream_id)
         .bind(hour_of(p.created_at))
-        .bind(i64::from(p.status == ProbeStatus::Failing))
+        .bind(i64::from(!p.playable))
         .execute(&mut *tx)
         .await?;
         // The snapshot and the uptime that now includes this probe, in one write of the row.
@@ -169,11 +119,13 @@ impl Probes {
         sqlx::query(
             "UPDATE streams SET status = $1, agent_state = $2, last_action = $3, last_checked_at = $4, \
                  last_healthy_at = COALESCE($5, last_healthy_at), next_probe_at = $6, lease_until = NULL, \
-                 uptime_pct = $7, uptime_at = $8 \
+                 uptime_pct = $7, uptime_at = $8, \
+                 down_streak = CASE WHEN $10 = 1 THEN 0 ELSE down_streak + 1 END, \
+                 up_streak = CASE WHEN $10 = 1 THEN up_streak + 1 ELSE 0 END \
              WHERE id = $9",
         )
-        .bind(p.status.stream_status())
-        .bind(p.status.agent_state())
+        .bind(p.status.stream_status().as_str())
+        .bind(p.status.agent_state().as_str())
         .bind(&p.last_action)
         .bind(p.created_at)
         .bind(healthy_at)
@@ -181,7 +133,21 @@ impl Probes {
         .bind(uptime_pct)
         .bind(now)
         .bind(&p.stream_id)
+        .bind(i64::from(p.playable))
         .execute(&mut *tx)
+        .await?;
+        // Stream alert rules are evaluated here, so a transition and its notifications commit
+        // with the probe that caused them (alerts.md §3).
+        crate::alerts::evaluate::on_probe(
+            &mut tx,
+            self.db.engine,
+            &crate::alerts::evaluate::ProbeFacts {
+                stream_id: &p.stream_id,
+                playable: p.playable,
+                detail: &p.detail,
+                at: p.created_at,
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(Some(id))
@@ -222,39 +188,59 @@ impl Probes {
                  SELECT id FROM streams \
                  WHERE next_probe_at <= $2 AND (lease_until IS NULL OR lease_until < $2) \
                  ORDER BY next_probe_at LIMIT $3{lock}) \
-             RETURNING id, source_url, status, next_probe_at, last_checked_at"
+             RETURNING id, source_url, status, next_probe_at, last_checked_at, down_streak"
         );
-        let rows = sqlx::query(&sql)
+        let rows: Vec<ClaimedRow> = sqlx::query_as(&sql)
             .bind(lease_until)
             .bind(now)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&self.db.pool)
             .await?;
         Ok(rows
-            .iter()
-            .map(|r| {
-                let checked: Option<i64> = r.get("last_checked_at");
-                let status: String = r.get("status");
-                DueStream {
-                    id: r.get("id"),
-                    source_url: r.get("source_url"),
-                    due_at: r.get("next_probe_at"),
-                    previous: checked.and_then(|_| ProbeStatus::from_stream_status(&status)),
-                }
+            .into_iter()
+            .map(|r| DueStream {
+                id: r.id,
+                source_url: r.source_url,
+                due_at: r.next_probe_at,
+                previous: r.last_checked_at.map(|_| r.status.probe_status()),
+                down_streak: r.down_streak,
             })
             .collect())
     }
 
+    /// Releases claimed streams without a probe and makes each due again at its time: the
+    /// prober chose not to probe them now (their host is booked up, or the prober is short of
+    /// body budget). No probe row, no snapshot change. One statement per 500 streams.
+    pub async fn defer_many(&self, due_again: &[(String, i64)]) -> Result<(), DbError> {
+        for chunk in due_again.chunks(500) {
+            // VALUES columns are `column1`, `column2` on both engines.
+            let values = (0..chunk.len())
+                .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "UPDATE streams SET next_probe_at = v.column2, lease_until = NULL \
+                 FROM (VALUES {values}) AS v WHERE streams.id = v.column1"
+            );
+            let mut q = sqlx::query(&sql);
+            for (id, at) in chunk {
+                q = q.bind(id).bind(*at);
+            }
+            q.execute(&self.db.pool).await?;
+        }
+        Ok(())
+    }
+
     /// The earliest `next_probe_at` among streams without a live lease, if any stream exists.
     pub async fn next_due_at(&self, now: i64) -> Result<Option<i64>, DbError> {
-        let row = sqlx::query(
+        let next: Option<(i64,)> = sqlx::query_as(
             "SELECT next_probe_at FROM streams WHERE lease_until IS NULL OR lease_until < $1 \
              ORDER BY next_probe_at LIMIT 1",
         )
         .bind(now)
         .fetch_optional(&self.db.pool)
         .await?;
-        Ok(row.map(|r| r.get::<i64, _>("next_probe_at")))
+        Ok(next.map(|(at,)| at))
     }
 
     /// Moves every unleased stream due before `overdue_before` to a random due time in
@@ -287,9 +273,9 @@ impl Probes {
 
     /// Ids of every registered stream (the prober drops memory of streams no longer here).
     pub async fn stream_ids(&self) -> Result<HashSet<String>, DbError> {
-        let rows = sqlx::query("SELECT id FROM streams")
+        let ids: Vec<(String,)> = sqlx::query_as("SELECT id FROM streams")
             .fetch_all(&self.db.pool)
             .await?;
-        Ok(rows.iter().map(|r| r.get::<String, _>("id")).collect())
+        Ok(ids.into_iter().map(|(id,)| id).collect())
     }
 }

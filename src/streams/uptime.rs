@@ -1,5 +1,8 @@
 //! `uptimePct` over the last 24 hours without scanning every probe row.
 //!
+//! * The rule (decisions.md v1.1 §6): 100 × probes that found the stream *playable* ÷ all
+//!   probes. Playable = healthy, or degraded only because it was slow; a 4xx manifest, an
+//!   invalid or stale manifest and every failing probe are down.
 //! * Computing it: whole hours come from the `probe_rollups` counters (kept in the same
 //!   transaction as each probe insert), and only the one hour that straddles the window's
 //!   start is counted from raw rows, through a covering index.
@@ -10,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Any, Executor, Row};
+use sqlx::{Any, Executor};
 
 pub const WINDOW_MS: i64 = 24 * 3600 * 1000;
 pub const HOUR_MS: i64 = 3600 * 1000;
@@ -22,12 +25,12 @@ pub fn hour_of(ms: i64) -> i64 {
     ms.div_euclid(HOUR_MS) * HOUR_MS
 }
 
-/// 100 × non-failing ÷ all, rounded to 2 decimals; 100 when there are no probes.
-pub fn pct(total: i64, failing: i64) -> f64 {
+/// 100 × playable ÷ all, rounded to 2 decimals; 100 when there are no probes.
+pub fn pct(total: i64, down: i64) -> f64 {
     if total <= 0 {
         return 100.0;
     }
-    let raw = 100.0 * (total - failing) as f64 / total as f64;
+    let raw = 100.0 * (total - down) as f64 / total as f64;
     (raw * 100.0).round() / 100.0
 }
 
@@ -51,26 +54,22 @@ where
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(
-        "SELECT stream_id, CAST(SUM(total) AS BIGINT) AS total, CAST(SUM(failing) AS BIGINT) AS failing FROM ( \
-             SELECT stream_id, total, failing FROM probe_rollups \
+        "SELECT stream_id, CAST(SUM(total) AS BIGINT) AS total, CAST(SUM(down) AS BIGINT) AS down FROM ( \
+             SELECT stream_id, total, down FROM probe_rollups \
              WHERE hour > $1 AND stream_id IN ({list}) \
              UNION ALL \
-             SELECT stream_id, 1 AS total, CASE WHEN status = 'failing' THEN 1 ELSE 0 END AS failing \
+             SELECT stream_id, 1 AS total, 1 - playable AS down \
              FROM probes WHERE created_at > $2 AND created_at < $1 + {HOUR_MS} AND stream_id IN ({list}) \
          ) w GROUP BY stream_id"
     );
-    let mut q = sqlx::query(&sql).bind(edge_hour).bind(since);
+    let mut q = sqlx::query_as(&sql).bind(edge_hour).bind(since);
     for id in ids {
         q = q.bind(*id);
     }
-    let rows = q.fetch_all(exec).await?;
+    let rows: Vec<(String, i64, i64)> = q.fetch_all(exec).await?;
     Ok(rows
-        .iter()
-        .map(|r| {
-            let total: i64 = r.get("total");
-            let failing: i64 = r.get("failing");
-            (r.get::<String, _>("stream_id"), pct(total, failing))
-        })
+        .into_iter()
+        .map(|(stream_id, total, down)| (stream_id, pct(total, down)))
         .collect())
 }
 

@@ -2,6 +2,8 @@
 //! store in a temp dir, or against a fresh PostgreSQL database (TEST_DATABASE_URL's server).
 #![allow(dead_code)]
 
+pub mod receiver;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,10 +28,17 @@ pub fn pg_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// A fresh database name for one test: the run's prefix (`SW_TEST_PREFIX`, set by
+/// `scripts/test` so a run drops only its own databases) and a unique id.
+pub fn test_db_name() -> String {
+    let prefix = std::env::var("SW_TEST_PREFIX").unwrap_or_else(|_| "sw_test_".to_owned());
+    format!("{prefix}{}", streamwatch::time::new_id())
+}
+
 /// Creates an empty PostgreSQL database and returns its URL.
 pub async fn fresh_pg_database() -> String {
     let admin = pg_admin_url();
-    let name = format!("sw_test_{}", streamwatch::time::new_id());
+    let name = test_db_name();
     let mut conn = sqlx::PgConnection::connect(&admin)
         .await
         .expect("connect to TEST_DATABASE_URL");
@@ -44,6 +53,8 @@ pub async fn fresh_pg_database() -> String {
 
 pub struct TestApp {
     pub base: String,
+    /// `http://<metrics listener>` (the tests enable it on a free port).
+    pub metrics: Option<String>,
     pub http: reqwest::Client,
     pub state: Arc<AppState>,
     pub engine: Engine,
@@ -56,6 +67,8 @@ pub struct TestApp {
 pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
     let mut c = Config::defaults(dir);
     c.listen = "127.0.0.1:0".parse().expect("addr");
+    c.metrics_listen =
+        streamwatch::config::OptionalAddr(Some("127.0.0.1:0".parse().expect("addr")));
     c.auth_rate_limit = RateLimit::Off;
     c.allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
     if engine == Engine::Postgres {
@@ -67,11 +80,28 @@ pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
 /// The API without background probing: tests that write probe rows themselves (or assert the
 /// snapshot of a stream no probe has touched) see exactly what they wrote.
 pub async fn spawn_app(engine: Engine) -> TestApp {
-    start(engine, |_| {}, Background { prober: false }).await
+    let app = start(engine, |_| {}, Background { prober: false }).await;
+    app.wait_ready().await;
+    app
 }
 
-/// The whole service, prober included, with a config `tweak` may change.
+/// The whole service, prober included, with a config `tweak` may change; returns once it is
+/// ready (both stores answer).
 pub async fn spawn_with(engine: Engine, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let app = start(engine, tweak, Background::default()).await;
+    app.wait_ready().await;
+    app
+}
+
+/// [`spawn_with`] without the prober: for tests that write probe rows themselves.
+pub async fn spawn_quiet(engine: Engine, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let app = start(engine, tweak, Background { prober: false }).await;
+    app.wait_ready().await;
+    app
+}
+
+/// [`spawn_with`] without waiting for readiness: for tests of a store that is down.
+pub async fn spawn_unready(engine: Engine, tweak: impl FnOnce(&mut Config)) -> TestApp {
     start(engine, tweak, Background::default()).await
 }
 
@@ -83,6 +113,7 @@ async fn start(engine: Engine, tweak: impl FnOnce(&mut Config), background: Back
         .await
         .expect("server builds");
     let addr = server.local_addr();
+    let metrics = server.metrics_addr().map(|a| format!("http://{a}"));
     let state = server.state.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let handle = tokio::spawn(async move {
@@ -95,6 +126,7 @@ async fn start(engine: Engine, tweak: impl FnOnce(&mut Config), background: Back
     });
     TestApp {
         base: format!("http://{addr}"),
+        metrics,
         http: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -108,6 +140,19 @@ async fn start(engine: Engine, tweak: impl FnOnce(&mut Config), background: Back
 }
 
 impl TestApp {
+    /// Waits until `/readyz` answers 200 (the telemetry store connects in the background).
+    pub async fn wait_ready(&self) {
+        for _ in 0..1200 {
+            if let Ok(r) = self.http.get(self.url("/readyz")).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the test server did not become ready");
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
@@ -257,7 +302,7 @@ pub struct Process {
 
 impl Process {
     /// Starts `streamwatch serve` on a free loopback port with `data_dir` and extra env, and
-    /// waits until `/healthz` answers.
+    /// waits until it is ready (`/readyz`: both stores answer).
     pub async fn start(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Process {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("free port")
@@ -273,6 +318,7 @@ impl Process {
             .env("STREAMWATCH_DATA_DIR", data_dir)
             .env("STREAMWATCH_AUTH_RATE_LIMIT", "off")
             .env("STREAMWATCH_ALLOW_PRIVATE", "127.0.0.0/8")
+            .env("STREAMWATCH_METRICS_LISTEN", "127.0.0.1:0")
             .stdout(std::process::Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
@@ -284,15 +330,15 @@ impl Process {
             data_dir: data_dir.to_owned(),
         };
         let client = reqwest::Client::new();
-        for _ in 0..200 {
-            if let Ok(r) = client.get(p.url("/healthz")).send().await {
+        for _ in 0..1200 {
+            if let Ok(r) = client.get(p.url("/readyz")).send().await {
                 if r.status().is_success() {
                     return p;
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("streamwatch did not become healthy on {}", p.base);
+        panic!("streamwatch did not become ready on {}", p.base);
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -778,7 +778,11 @@ async fn direct(a: DirectArgs) -> Result<()> {
                 let Some(chunk) = next else {
                     return Ok::<(), ingest::SinkError>(());
                 };
-                sink.write(chunk).await?;
+                sink.write(ingest::SinkWrite {
+                    rows: chunk,
+                    batches: Vec::new(),
+                })
+                .await?;
             }
         }));
     }

@@ -1,11 +1,13 @@
 //! ClickHouse sink: RowBinary inserts through the `clickhouse` crate into a
-//! `ReplacingMergeTree` table, exact reads with `FINAL`, and the start-up migration
-//! runner for `migrations/clickhouse/`.
+//! `ReplacingMergeTree` table of events and a `MergeTree` table of batch records
+//! (`view_batches`), and the start-up migration runner for `migrations/clickhouse/`
+//! (which also creates the tables the `analytics` crate reads and writes).
 //!
 //! Works against Debian's ClickHouse 18.16 (the CI server) and current releases
 //! (see shared/notes/clickhouse.md): no compression, client-side `?` binds, and
 //! row-type validation off on servers that predate `RowBinaryWithNamesAndTypes`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -15,22 +17,31 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
-use super::{EventSink, SessionSummary, SinkError, StoredEvent, TypeCounts};
-use crate::row::EventRow;
-use crate::wire::EventType;
+use super::{EventSink, SinkError};
+use crate::row::SinkWrite;
 
 /// Table holding the events.
 pub const EVENTS_TABLE: &str = "telemetry_events";
+
+/// Table holding one row per ingest batch: its view dimensions (analytics.md §1).
+pub const BATCHES_TABLE: &str = "view_batches";
 
 /// Table recording applied migrations.
 pub const MIGRATIONS_TABLE: &str = "schema_migrations";
 
 /// Numbered migrations of `migrations/clickhouse/`, embedded at build time.
-pub const MIGRATIONS: &[(u32, &str, &str)] = &[(
-    1,
-    "0001_telemetry_events",
-    include_str!("../../../migrations/clickhouse/0001_telemetry_events.sql"),
-)];
+pub const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "0001_telemetry_events",
+        include_str!("../../../migrations/clickhouse/0001_telemetry_events.sql"),
+    ),
+    (
+        2,
+        "0002_qoe_views",
+        include_str!("../../../migrations/clickhouse/0002_qoe_views.sql"),
+    ),
+];
 
 /// Time allowed for sending an insert's rows, and for the server to confirm it.
 const INSERT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -74,6 +85,16 @@ impl ClickHouseConfig {
             password: None,
             validation: None,
         }
+    }
+
+    /// A client for this database without connecting (no request is made until it is
+    /// used), with row-type validation off so it reads on every server version; e.g.
+    /// for `analytics::Store::clickhouse`, built at start-up while the store may still be
+    /// down. The tables exist once a [`ClickHouseSink::connect`] has migrated them.
+    pub fn client(&self) -> Client {
+        self.base_client()
+            .with_validation(false)
+            .with_database(&self.database)
     }
 
     /// A client without a database selected.
@@ -124,29 +145,14 @@ struct InsertRow<'a> {
     ver: u64,
 }
 
-#[derive(Row, Deserialize)]
-struct SessionRow {
-    session_id: String,
+/// Insert form of a batch record (`written_at` is the server's `now()`).
+#[derive(Row, Serialize)]
+struct BatchInsertRow<'a> {
+    owner: &'a str,
+    session_id: &'a str,
     first_ts: i64,
-    last_ts: i64,
-    event_count: u64,
-    c_playback_start: u64,
-    c_playback_pause: u64,
-    c_playback_resume: u64,
-    c_rebuffer_start: u64,
-    c_rebuffer_end: u64,
-    c_quality_change: u64,
-    c_error: u64,
-    c_session_end: u64,
-    content_id: String,
-}
-
-#[derive(Row, Deserialize)]
-struct EventReadRow {
-    ts: i64,
-    #[serde(rename = "type")]
-    event_type: String,
-    payload: String,
+    seq: u64,
+    dims: &'a str,
 }
 
 #[derive(Row, Deserialize)]
@@ -288,6 +294,12 @@ const PERMANENT_CODES: &[u32] = &[
     497, 516,
 ];
 
+/// Classifies a `clickhouse` crate error as retryable or permanent (the same rule for
+/// every ClickHouse caller, e.g. analytics' queries).
+pub fn classify_error(e: clickhouse::error::Error) -> SinkError {
+    map_err(e)
+}
+
 /// Classifies a crate error as retryable or permanent.
 fn map_err(e: clickhouse::error::Error) -> SinkError {
     use clickhouse::error::Error as E;
@@ -310,124 +322,112 @@ fn server_code(text: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Version for rows of a write: decreasing with time and with the row's position,
-/// so that the first stored row of a key has the highest version and survives
-/// `FINAL` and merges.
-fn first_wins_version(now_ms: u64, index: usize) -> u64 {
-    // 2^20 rows per write is far above the writer's cap; clamp defensively.
-    let idx = (index as u64).min((1 << 20) - 1);
-    u64::MAX - ((now_ms << 20) | idx)
+/// Version of the `index`-th row of a write whose rows got the sequences from `base`
+/// ([`allocate_seqs`]): decreasing with every row this process writes, so the first
+/// stored row of a key has the highest version and survives `FINAL` and merges (two
+/// writes in the same millisecond included).
+fn first_wins_version(base: u64, index: usize) -> u64 {
+    u64::MAX - (base + index as u64)
+}
+
+/// The last write sequence this process handed out.
+static LAST_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The first of `n` consecutive write sequences for a write at `now_ms`: strictly
+/// increasing within the process (so records sort in write order, which analytics'
+/// dimension rule uses to break ties of equal earliest `ts`) and, across instances,
+/// ordered by time (`now_ms · 2^20` at least).
+fn allocate_seqs(now_ms: u64, n: usize) -> u64 {
+    let floor = now_ms << 20;
+    let mut prev = LAST_SEQ.load(Ordering::Relaxed);
+    loop {
+        let start = (prev + 1).max(floor);
+        let last = start + (n.max(1) as u64 - 1);
+        match LAST_SEQ.compare_exchange_weak(prev, last, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return start,
+            Err(p) => prev = p,
+        }
+    }
 }
 
 #[async_trait]
 impl EventSink for ClickHouseSink {
-    async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
+    async fn write(&self, write: SinkWrite) -> Result<(), SinkError> {
+        let SinkWrite { rows, batches } = write;
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let mut insert = self
-            .client
-            .insert::<InsertRow<'_>>(EVENTS_TABLE)
-            .await
-            .map_err(map_err)?
-            .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
-        // Rows go out in key order, so the server need not sort the block (about
-        // 40% of its insert CPU on 18.16, docs/benchmarks.md); `ver` still follows
-        // the submission order `i`, so the first submitted row of a key wins.
-        for i in super::key_order(&rows) {
-            let r = &rows[i];
-            let row = InsertRow {
-                owner: &r.owner,
-                session_id: &r.session_id,
-                ts: r.ts_ms,
-                event_type: r.event_type.as_str(),
-                payload: &r.payload,
-                content_id: &r.content_id,
-                ver: first_wins_version(now_ms, i),
-            };
-            insert.write(&row).await.map_err(map_err)?;
+        if !rows.is_empty() {
+            let base = allocate_seqs(now_ms, rows.len());
+            let mut insert = self
+                .client
+                .insert::<InsertRow<'_>>(EVENTS_TABLE)
+                .await
+                .map_err(map_err)?
+                .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
+            // Rows go out in key order, so the server need not sort the block (about
+            // 40% of its insert CPU on 18.16, docs/benchmarks.md); `ver` still follows
+            // the submission order `i`, so the first submitted row of a key wins.
+            for i in super::key_order(&rows) {
+                let r = &rows[i];
+                let row = InsertRow {
+                    owner: &r.owner,
+                    session_id: &r.session_id,
+                    ts: r.ts_ms,
+                    event_type: r.event_type.as_str(),
+                    payload: &r.payload,
+                    content_id: &r.content_id,
+                    ver: first_wins_version(base, i),
+                };
+                insert.write(&row).await.map_err(map_err)?;
+            }
+            // `end` returns once the server answered 200 for the whole INSERT.
+            insert.end().await.map_err(map_err)?;
         }
-        // `end` returns once the server answered 200 for the whole INSERT.
-        insert.end().await.map_err(map_err)
+        // The records go second: one visible means its events are (analytics relies on
+        // it when it skips views whose record count did not change).
+        if !batches.is_empty() {
+            let mut insert = self
+                .client
+                .insert::<BatchInsertRow<'_>>(BATCHES_TABLE)
+                .await
+                .map_err(map_err)?
+                .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
+            let dims: Vec<String> = batches.iter().map(|b| b.dims_json()).collect();
+            let first_seq = allocate_seqs(now_ms, batches.len());
+            let mut order: Vec<usize> = (0..batches.len()).collect();
+            order.sort_by(|&a, &b| {
+                (&*batches[a].owner, &*batches[a].session_id, a).cmp(&(
+                    &*batches[b].owner,
+                    &*batches[b].session_id,
+                    b,
+                ))
+            });
+            for i in order {
+                let b = &batches[i];
+                insert
+                    .write(&BatchInsertRow {
+                        owner: &b.owner,
+                        session_id: &b.session_id,
+                        first_ts: b.first_ts_ms,
+                        seq: first_seq + i as u64,
+                        dims: &dims[i],
+                    })
+                    .await
+                    .map_err(map_err)?;
+            }
+            insert.end().await.map_err(map_err)?;
+        }
+        Ok(())
     }
 
-    async fn sessions(&self, owner: &str, limit: u32) -> Result<Vec<SessionSummary>, SinkError> {
-        let mut counts = String::new();
-        for t in EventType::ALL {
-            counts.push_str(&format!("countIf(type = '{0}') AS c_{0}, ", t.as_str()));
-        }
-        let sql = format!(
-            "SELECT session_id, min(ts) AS first_ts, max(ts) AS last_ts, count() AS event_count, \
-             {counts}argMinIf(content_id, ts, type = 'playback_start') AS content_id \
-             FROM {EVENTS_TABLE} FINAL WHERE owner = ? \
-             GROUP BY session_id ORDER BY last_ts DESC, session_id ASC LIMIT ?"
-        );
-        let rows = self
-            .client
-            .query(&sql)
-            .bind(owner)
-            .bind(limit)
-            .fetch_all::<SessionRow>()
+    async fn ping(&self) -> Result<(), SinkError> {
+        self.client
+            .query("SELECT 1")
+            .execute()
             .await
-            .map_err(map_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                let counts = TypeCounts([
-                    r.c_playback_start,
-                    r.c_playback_pause,
-                    r.c_playback_resume,
-                    r.c_rebuffer_start,
-                    r.c_rebuffer_end,
-                    r.c_quality_change,
-                    r.c_error,
-                    r.c_session_end,
-                ]);
-                SessionSummary {
-                    session_id: r.session_id,
-                    content_id: (r.c_playback_start > 0).then_some(r.content_id),
-                    first_event_at: r.first_ts,
-                    last_event_at: r.last_ts,
-                    event_count: r.event_count,
-                    counts,
-                }
-            })
-            .collect())
-    }
-
-    async fn session_events(
-        &self,
-        owner: &str,
-        session_id: &str,
-    ) -> Result<Vec<StoredEvent>, SinkError> {
-        let sql = format!(
-            "SELECT ts, type, payload FROM {EVENTS_TABLE} FINAL \
-             WHERE owner = ? AND session_id = ? ORDER BY ts ASC, type ASC"
-        );
-        let rows = self
-            .client
-            .query(&sql)
-            .bind(owner)
-            .bind(session_id)
-            .fetch_all::<EventReadRow>()
-            .await
-            .map_err(map_err)?;
-        rows.into_iter()
-            .map(|r| {
-                let event_type = EventType::from_wire(&r.event_type).ok_or_else(|| {
-                    SinkError::Permanent(format!("unknown stored event type {:?}", r.event_type))
-                })?;
-                Ok(StoredEvent {
-                    event_type,
-                    ts_ms: r.ts,
-                    payload: r.payload,
-                })
-            })
-            .collect()
+            .map_err(map_err)
     }
 
     fn name(&self) -> &'static str {
@@ -458,12 +458,32 @@ mod tests {
             ]
         );
         assert_eq!(split_statements(MIGRATIONS[0].2).len(), 1);
+        for (_, name, sql) in MIGRATIONS {
+            assert!(!split_statements(sql).is_empty(), "{name}");
+            assert!(!sql.contains('?'), "{name}: `?` would be taken for a bind");
+        }
     }
 
     #[test]
     fn first_row_of_first_write_has_highest_version() {
-        assert!(first_wins_version(1000, 0) > first_wins_version(1000, 1));
-        assert!(first_wins_version(1000, 99_999) > first_wins_version(1001, 0));
+        let a = allocate_seqs(1000, 2);
+        let b = allocate_seqs(1000, 2);
+        assert!(first_wins_version(a, 0) > first_wins_version(a, 1));
+        assert!(
+            first_wins_version(a, 1) > first_wins_version(b, 0),
+            "same ms, later write"
+        );
+        let later = allocate_seqs(1001, 1);
+        assert!(first_wins_version(b, 1) > first_wins_version(later, 0));
+    }
+
+    #[test]
+    fn write_seqs_strictly_increase_and_follow_time() {
+        let a = allocate_seqs(1000, 3);
+        let b = allocate_seqs(1000, 1);
+        assert!(b >= a + 3, "the second write's records follow the first's");
+        let later = allocate_seqs(u64::from(u32::MAX), 1);
+        assert!(later >= u64::from(u32::MAX) << 20);
     }
 
     #[test]
@@ -477,6 +497,14 @@ mod tests {
         );
         assert!(map_err(e).is_retryable());
         assert!(map_err(clickhouse::error::Error::TimedOut).is_retryable());
+    }
+
+    #[test]
+    fn batch_insert_columns_match_table() {
+        assert_eq!(
+            <BatchInsertRow<'_> as Row>::COLUMN_NAMES,
+            &["owner", "session_id", "first_ts", "seq", "dims"]
+        );
     }
 
     #[test]

@@ -1,19 +1,23 @@
-//! The storage interface for telemetry rows, its error type and read models.
-//! Implementations: [`clickhouse::ClickHouseSink`] and [`sqlite::SqliteSink`]; both
-//! pass the same conformance suite (`ingest/tests/conformance.rs`).
+//! The storage interface for telemetry writes, its error type, and the read models of
+//! the session read-back (whose queries live in the `analytics` crate, which owns every
+//! read of telemetry). Implementations: [`clickhouse::ClickHouseSink`] and
+//! [`sqlite::SqliteSink`]; both pass the same conformance suite
+//! (`ingest/tests/conformance.rs`).
 
 pub mod clickhouse;
 pub mod sqlite;
+pub mod supervised;
 
 use async_trait::async_trait;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::row::EventRow;
+use crate::row::{EventRow, SinkWrite};
 use crate::time::serialize_ms;
 use crate::wire::EventType;
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseSink};
 pub use self::sqlite::{Durability, SqliteOptions, SqliteSink};
+pub use self::supervised::{Connector, Health, SupervisedSink, SupervisorTiming};
 
 /// A storage failure. Whether retrying can help is a variant, not a string.
 ///
@@ -129,30 +133,26 @@ impl Serialize for StoredEvent {
     }
 }
 
-/// Telemetry storage. Used as `Arc<dyn EventSink>`.
+/// Telemetry storage, write side. Used as `Arc<dyn EventSink>`.
 ///
 /// Semantics every implementation guarantees (checked by the conformance suite):
 /// - rows are deduplicated on `(owner, session_id, ts_ms, event_type)`; the
 ///   **first** stored row of a key wins, so a repeated batch is a no-op;
-/// - reads only ever see the caller's own rows.
+/// - each [`crate::BatchRecord`] of a write is stored as one row of `view_batches`, in
+///   the same durable write as the events (SQLite: the same transaction; ClickHouse:
+///   the events insert, then the records insert, both answered before `Ok`), so a
+///   record is never visible before its batch's events.
+///
+/// Reads (the QoE routes and the session read-back) are the `analytics` crate's.
 #[async_trait]
 pub trait EventSink: Send + Sync + 'static {
-    /// Stores `rows`. When this returns `Ok`, the rows are durable (committed /
-    /// acknowledged by the server). An `Err` means nothing may be assumed stored.
-    /// Takes the rows by value so a sink can hand them to a blocking thread.
-    async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError>;
+    /// Stores a write. When this returns `Ok`, its rows and batch records are durable
+    /// (committed / acknowledged by the server). An `Err` means nothing may be assumed
+    /// stored. Takes the write by value so a sink can hand it to a blocking thread.
+    async fn write(&self, write: SinkWrite) -> Result<(), SinkError>;
 
-    /// The owner's most recent sessions (by last event time, newest first), at
-    /// most `limit`.
-    async fn sessions(&self, owner: &str, limit: u32) -> Result<Vec<SessionSummary>, SinkError>;
-
-    /// The deduplicated events of one of the owner's sessions, `ts` ascending
-    /// (ties by type). Empty when the session does not exist for this owner.
-    async fn session_events(
-        &self,
-        owner: &str,
-        session_id: &str,
-    ) -> Result<Vec<StoredEvent>, SinkError>;
+    /// A cheap round trip to the store: `Ok` when it answers.
+    async fn ping(&self) -> Result<(), SinkError>;
 
     /// Short engine name for logs and metrics (`clickhouse`, `sqlite`).
     fn name(&self) -> &'static str;

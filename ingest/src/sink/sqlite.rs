@@ -1,12 +1,13 @@
 //! Embedded SQLite sink (the default when no ClickHouse is configured): its own
 //! database file, WAL journal, primary-key dedup with `INSERT OR IGNORE`, and one
-//! transaction per write.
+//! transaction per write holding the events and the batch records (`view_batches`).
 //!
 //! Writes go through `rusqlite` on one dedicated connection: the hot path binds
 //! each row into one prepared statement, with no per-statement hop to a worker
 //! thread and no SQL text built per write (through sqlx's async driver the sink
-//! spent about 4 µs of CPU per row; docs/benchmarks.md). Reads and their pool
-//! stay on sqlx, like every other query of the service.
+//! spent about 4 µs of CPU per row; docs/benchmarks.md). The read pool (sqlx) is for
+//! the `analytics` crate, which owns every read; it also writes its derived views
+//! through [`SqliteSink::write_transaction`], on the same single writer.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -18,25 +19,34 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rusqlite::{ErrorCode, TransactionBehavior};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::Row;
 
-use super::{EventSink, SessionSummary, SinkError, StoredEvent, TypeCounts};
-use crate::row::EventRow;
-use crate::wire::EventType;
+use super::{EventSink, SinkError};
+use crate::row::{BatchRecord, EventRow, SinkWrite};
 
 /// File name of the telemetry database inside the data directory.
 pub const DB_FILE_NAME: &str = "telemetry.db";
 
 /// Numbered migrations of `migrations/telemetry-sqlite/`, embedded at build time.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "0001_telemetry_events",
-    include_str!("../../../migrations/telemetry-sqlite/0001_telemetry_events.sql"),
-)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "0001_telemetry_events",
+        include_str!("../../../migrations/telemetry-sqlite/0001_telemetry_events.sql"),
+    ),
+    (
+        2,
+        "0002_qoe_views",
+        include_str!("../../../migrations/telemetry-sqlite/0002_qoe_views.sql"),
+    ),
+];
 
 /// The one statement of the write path, prepared once per connection.
 const INSERT_SQL: &str = "INSERT OR IGNORE INTO telemetry_events \
      (owner, session_id, ts, type, payload, content_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// The batch record statement of the write path.
+const INSERT_BATCH_SQL: &str = "INSERT INTO view_batches \
+     (owner, session_id, first_ts, written_at, dims) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// Page size of new files: SQLite's default, set explicitly. A commit writes every
 /// page it touched to the WAL, and with rows clustered by session a commit touches
@@ -193,6 +203,24 @@ impl SqliteSink {
     /// The read pool (read-only connections), e.g. for analytics queries.
     pub fn pool(&self) -> &SqlitePool {
         &self.readers
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE … COMMIT` transaction on the write connection
+    /// (the store's single writer, shared with ingest), on tokio's blocking pool:
+    /// committed when `f` returns `Ok`, rolled back otherwise. For the analytics
+    /// refresher's upserts of derived views; keep `f` short, ingest writes wait for it.
+    pub async fn write_transaction<T, F>(&self, f: F) -> Result<T, SinkError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.with_writer(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
     }
 
     /// `journal_mode` and `synchronous` (0 off, 1 normal, 2 full, 3 extra) of the
@@ -374,8 +402,12 @@ fn wait_for_checkpoint(attempt: i32) -> bool {
     attempt < RESTART_BUSY_POLLS
 }
 
-/// Inserts `rows` in one transaction; durable once it returns `Ok`.
-fn write_rows(conn: &mut rusqlite::Connection, rows: &[EventRow]) -> rusqlite::Result<()> {
+/// Inserts `rows` and `batches` in one transaction; durable once it returns `Ok`.
+fn write_rows(
+    conn: &mut rusqlite::Connection,
+    rows: &[EventRow],
+    batches: &[BatchRecord],
+) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut insert = tx.prepare_cached(INSERT_SQL)?;
@@ -392,6 +424,23 @@ fn write_rows(conn: &mut rusqlite::Connection, rows: &[EventRow]) -> rusqlite::R
                 r.event_type.as_str(),
                 r.payload,
                 r.content_id,
+            ])?;
+        }
+    }
+    if !batches.is_empty() {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut insert = tx.prepare_cached(INSERT_BATCH_SQL)?;
+        // In submission order: the rowid is the record's write sequence.
+        for b in batches {
+            insert.execute(rusqlite::params![
+                &*b.owner,
+                &*b.session_id,
+                b.first_ts_ms,
+                now_ms,
+                b.dims_json(),
             ])?;
         }
     }
@@ -419,6 +468,17 @@ fn map_write_err(e: rusqlite::Error) -> SinkError {
     }
 }
 
+/// Classifies a sqlx error on the telemetry file as retryable or permanent (the same
+/// rule for every reader of it, e.g. analytics' queries).
+pub fn classify_error(e: sqlx::Error) -> SinkError {
+    map_err(e)
+}
+
+/// Classifies a rusqlite error on the telemetry file as retryable or permanent.
+pub fn classify_write_error(e: rusqlite::Error) -> SinkError {
+    map_write_err(e)
+}
+
 /// Classifies a sqlx error as retryable or permanent.
 fn map_err(e: sqlx::Error) -> SinkError {
     let retryable = match &e {
@@ -441,11 +501,11 @@ fn map_err(e: sqlx::Error) -> SinkError {
 
 #[async_trait]
 impl EventSink for SqliteSink {
-    async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
-        if rows.is_empty() {
+    async fn write(&self, write: SinkWrite) -> Result<(), SinkError> {
+        if write.is_empty() {
             return Ok(());
         }
-        self.with_writer(move |conn| write_rows(conn, &rows))
+        self.with_writer(move |conn| write_rows(conn, &write.rows, &write.batches))
             .await?;
         // A full channel means a checkpoint is already due. Should the thread be
         // gone, SQLite's auto-checkpoint backstop still bounds the WAL; say so once.
@@ -459,70 +519,12 @@ impl EventSink for SqliteSink {
         Ok(())
     }
 
-    async fn sessions(&self, owner: &str, limit: u32) -> Result<Vec<SessionSummary>, SinkError> {
-        let mut counts = String::new();
-        for t in EventType::ALL {
-            counts.push_str(&format!("SUM(type = '{}'), ", t.as_str()));
-        }
-        let sql = format!(
-            "SELECT session_id, MIN(ts), MAX(ts), COUNT(*), {counts}\
-             (SELECT s.content_id FROM telemetry_events s \
-               WHERE s.owner = e.owner AND s.session_id = e.session_id \
-                 AND s.type = 'playback_start' ORDER BY s.ts ASC LIMIT 1) \
-             FROM telemetry_events e WHERE owner = ? \
-             GROUP BY session_id ORDER BY MAX(ts) DESC, session_id ASC LIMIT ?"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(owner)
-            .bind(i64::from(limit))
-            .fetch_all(&self.readers)
+    async fn ping(&self) -> Result<(), SinkError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.readers)
             .await
-            .map_err(map_err)?;
-        rows.iter()
-            .map(|r| {
-                let mut counts = [0u64; 8];
-                for (i, c) in counts.iter_mut().enumerate() {
-                    *c = r.try_get::<i64, _>(4 + i).map_err(map_err)? as u64;
-                }
-                Ok(SessionSummary {
-                    session_id: r.try_get(0).map_err(map_err)?,
-                    first_event_at: r.try_get(1).map_err(map_err)?,
-                    last_event_at: r.try_get(2).map_err(map_err)?,
-                    event_count: r.try_get::<i64, _>(3).map_err(map_err)? as u64,
-                    counts: TypeCounts(counts),
-                    content_id: r.try_get(12).map_err(map_err)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn session_events(
-        &self,
-        owner: &str,
-        session_id: &str,
-    ) -> Result<Vec<StoredEvent>, SinkError> {
-        let rows = sqlx::query(
-            "SELECT ts, type, payload FROM telemetry_events \
-             WHERE owner = ? AND session_id = ? ORDER BY ts ASC, type ASC",
-        )
-        .bind(owner)
-        .bind(session_id)
-        .fetch_all(&self.readers)
-        .await
-        .map_err(map_err)?;
-        rows.iter()
-            .map(|r| {
-                let t: String = r.try_get(1).map_err(map_err)?;
-                let event_type = EventType::from_wire(&t).ok_or_else(|| {
-                    SinkError::Permanent(format!("unknown stored event type {t:?}"))
-                })?;
-                Ok(StoredEvent {
-                    event_type,
-                    ts_ms: r.try_get(0).map_err(map_err)?,
-                    payload: r.try_get(2).map_err(map_err)?,
-                })
-            })
-            .collect()
+            .map(|_| ())
+            .map_err(|e| SinkError::Retryable(format!("sqlite: {e}")))
     }
 
     fn name(&self) -> &'static str {

@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use analytics::{AnalyticsError, Store};
 use ingest::{
-    ClickHouseConfig, ClickHouseSink, EventRow, EventSink, EventType, Payload, SqliteSink,
+    ClickHouseConfig, ClickHouseSink, EventRow, EventSink, EventType, Payload, SessionSummary,
+    SinkError, SqliteSink, StoredEvent,
 };
 use rand::Rng;
 
@@ -14,10 +16,44 @@ pub fn clickhouse_url() -> String {
     std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".to_owned())
 }
 
-/// A sink under test plus whatever must live as long as it.
+/// A sink under test, the analytics store reading the same data, and whatever must
+/// live as long as them.
 pub struct TestSink {
     pub sink: Arc<dyn EventSink>,
+    pub store: Store,
     pub cleanup: Cleanup,
+}
+
+/// The write side and the read side of one store, for the conformance cases.
+#[derive(Clone)]
+pub struct Handle {
+    pub sink: Arc<dyn EventSink>,
+    pub store: Store,
+}
+
+impl Handle {
+    /// Writes `rows` (one bare batch record per session).
+    pub async fn write(&self, rows: Vec<EventRow>) -> Result<(), SinkError> {
+        self.sink.write(rows.into()).await
+    }
+
+    /// The session read-back.
+    pub async fn sessions(
+        &self,
+        owner: &str,
+        limit: u32,
+    ) -> Result<Vec<SessionSummary>, AnalyticsError> {
+        self.store.sessions(owner, limit).await
+    }
+
+    /// One session's events.
+    pub async fn session_events(
+        &self,
+        owner: &str,
+        session_id: &str,
+    ) -> Result<Vec<StoredEvent>, AnalyticsError> {
+        self.store.session_events(owner, session_id).await
+    }
 }
 
 pub enum Cleanup {
@@ -26,6 +62,14 @@ pub enum Cleanup {
 }
 
 impl TestSink {
+    /// The write and read sides.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            sink: self.sink.clone(),
+            store: self.store.clone(),
+        }
+    }
+
     /// Drops the ClickHouse test database (best effort); the temp dir removes itself.
     pub async fn finish(self) {
         if let Cleanup::ClickHouse { database } = &self.cleanup {
@@ -47,15 +91,18 @@ pub async fn sqlite() -> TestSink {
         .await
         .expect("open sqlite sink");
     TestSink {
+        store: Store::sqlite(sink.clone()),
         sink: Arc::new(sink),
         cleanup: Cleanup::Sqlite(dir),
     }
 }
 
-/// A random database name for one test.
+/// A random database name for one test, under the run's prefix (`SW_TEST_PREFIX`, set by
+/// `scripts/test` so a run drops only its own databases).
 pub fn random_database() -> String {
     let n: u64 = rand::thread_rng().gen();
-    format!("ingest_test_{n:016x}")
+    let prefix = std::env::var("SW_TEST_PREFIX").unwrap_or_else(|_| "sw_test_".to_owned());
+    format!("{prefix}ingest_{n:016x}")
 }
 
 /// Config for a fresh ClickHouse database.
@@ -70,6 +117,7 @@ pub async fn clickhouse() -> TestSink {
         "connect to ClickHouse (start it with ingest/scripts/start-clickhouse.sh or set CLICKHOUSE_URL)",
     );
     TestSink {
+        store: Store::clickhouse(sink.client().clone()),
         sink: Arc::new(sink),
         cleanup: Cleanup::ClickHouse {
             database: config.database,
@@ -101,6 +149,7 @@ pub fn payload(t: EventType, marker: f64) -> Payload {
             position_ms: marker,
             duration_ms: 3_600_000.0,
             content_id: format!("content-{marker}"),
+            startup_ms: None,
         },
         EventType::PlaybackPause => Payload::PlaybackPause {
             position_ms: marker,
@@ -122,6 +171,8 @@ pub fn payload(t: EventType, marker: f64) -> Payload {
             from: "720p".into(),
             to: "1080p".into(),
             bitrate: marker,
+            width: None,
+            height: None,
         },
         EventType::Error => Payload::Error {
             code: "E".into(),

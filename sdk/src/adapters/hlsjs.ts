@@ -10,9 +10,12 @@ export interface HlsLike {
   off(event: any, listener: any): unknown;
   readonly levels?: ReadonlyArray<HlsLevelLike> | null;
   readonly currentLevel?: number;
+  /** The loaded manifest URL (`context.src`). */
+  readonly url?: string | null;
 }
 
 export interface HlsLevelLike {
+  width?: number;
   height?: number;
   name?: string;
   bitrate?: number;
@@ -33,8 +36,9 @@ export function levelLabel(level: HlsLevelLike | undefined, index: number): stri
  * Subscribes to `hls`; returns the function that removes both listeners.
  *
  * - quality_change on `Hls.Events.LEVEL_SWITCHED` when the level differs from the one
- *   playing before (the first level chosen at start-up is not a change); `bitrate` is the
- *   new level's declared BANDWIDTH in bit/s.
+ *   playing before; the first level (chosen at start-up, or already playing at attach) is
+ *   reported with `from: ''`, the initial rendition. `bitrate` is the new level's declared
+ *   BANDWIDTH in bit/s; `width` and `height` its RESOLUTION, sent when both are known (> 0).
  * - error on `Hls.Events.ERROR`: code = `data.details`, fatal = `data.fatal`. A fatal error
  *   ends the session with reason `error`; repeats of a non-fatal code within 5 s are skipped.
  */
@@ -43,16 +47,17 @@ export function attachHls(hls: HlsLike, ctx: AdapterContext): () => void {
   const SWITCHED = events.LEVEL_SWITCHED || 'hlsLevelSwitched';
   const ERROR = events.ERROR || 'hlsError';
   const levelAt = (i: number) => (hls.levels || [])[i];
-  let index = typeof hls.currentLevel === 'number' ? hls.currentLevel : -1;
-  let label = index >= 0 ? levelLabel(levelAt(index), index) : '';
+  let index = -1;
+  let label = '';
   const lastSeen: Record<string, number> = {};
 
   const onSwitched = guard(ctx.log, (_e: unknown, data: { level?: number }) => {
     const i = data && data.level;
-    if (typeof i !== 'number' || i === index) return;
-    const level = levelAt(i);
+    if (typeof i !== 'number' || i < 0 || i === index) return;
+    const level = levelAt(i) || {};
     const to = levelLabel(level, i);
-    if (index >= 0) ctx.emit('quality_change', { from: label, to, bitrate: finite(level && level.bitrate) });
+    const size = level.width! > 0 && level.height! > 0 ? { width: level.width, height: level.height } : {};
+    ctx.emit('quality_change', { from: label, to, bitrate: finite(level.bitrate), ...size });
     index = i;
     label = to;
   });
@@ -71,6 +76,8 @@ export function attachHls(hls: HlsLike, ctx: AdapterContext): () => void {
 
   hls.on(SWITCHED, onSwitched);
   hls.on(ERROR, onError);
+  // A level already playing when attach is called is the initial rendition.
+  onSwitched(undefined, { level: hls.currentLevel });
   return () => {
     hls.off(SWITCHED, onSwitched);
     hls.off(ERROR, onError);

@@ -19,7 +19,9 @@ function bufferedAheadMs(v: HTMLMediaElement): number {
 /**
  * Subscribes to `video`; returns the function that removes every listener it added.
  *
- * - playback_start: the first `playing`.
+ * - playback_start: the first `playing`, with `startupMs` = the time since the element's first
+ *   `play` (the play intent, user or autoplay) on the monotonic clock; without `startupMs` when
+ *   that `play` came before `attach`.
  * - playback_pause: `pause` after playback started, except the pause that comes with the
  *   end of the media. playback_resume: the next `play` after such a pause.
  * - rebuffer_start: `waiting` while playing, after playback started, not caused by a seek
@@ -31,6 +33,8 @@ function bufferedAheadMs(v: HTMLMediaElement): number {
  */
 export function attachMediaElement(video: HTMLMediaElement, ctx: AdapterContext, withHls: boolean): () => void {
   let started = false;
+  /** Monotonic time of the first `play`: the play intent startupMs is measured from. */
+  let playAt: number | undefined;
   let paused = false;
   let stalled = false;
   let seeking = false;
@@ -50,6 +54,8 @@ export function attachMediaElement(video: HTMLMediaElement, ctx: AdapterContext,
           positionMs: finite(video.currentTime * 1000),
           durationMs: finite(video.duration * 1000),
           contentId: ctx.contentId,
+          // A negative value (a clock without performance.now stepping back) is left out by toWirePayload.
+          startupMs: playAt === undefined ? undefined : ctx.now() - playAt,
         });
       } else endStall();
     },
@@ -60,6 +66,7 @@ export function attachMediaElement(video: HTMLMediaElement, ctx: AdapterContext,
       ctx.emit('playback_pause', pos());
     },
     play() {
+      if (playAt === undefined) playAt = ctx.now();
       if (!paused) return;
       paused = false;
       ctx.emit('playback_resume', pos());

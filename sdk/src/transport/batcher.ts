@@ -15,8 +15,8 @@ export interface BatcherOptions {
   maxBuffered: number;
   /** Sends one batch; never rejects. */
   send: (events: TelemetryEvent[]) => Promise<Outcome>;
-  /** JSON size of the envelope around the events, bytes. */
-  envelopeBytes: number;
+  /** JSON size of the envelope around the events, bytes; asked per batch (the context can grow). */
+  envelopeBytes: () => number;
   log: Log;
   random?: () => number;
 }
@@ -79,7 +79,7 @@ export class Batcher {
 
   /** Takes the next batch off the queue: at most maxBatchSize events and MAX_BODY_BYTES. */
   private take(): TelemetryEvent[] {
-    let bytes = this.o.envelopeBytes;
+    let bytes = this.o.envelopeBytes();
     let n = 0;
     while (n < this.queue.length && n < this.o.maxBatchSize) {
       bytes += byteLength(JSON.stringify(this.queue[n])) + 1;

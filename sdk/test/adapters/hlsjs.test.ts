@@ -31,7 +31,7 @@ describe('levelLabel', () => {
 });
 
 describe('hls.js adapter', () => {
-  it('emits quality_change on level switches, not for the first level chosen', async () => {
+  it('reports the first level as the initial rendition (from "") and later switches, with dimensions', async () => {
     const { t, hls, f } = setup();
     hls.switchTo(0);
     hls.switchTo(1);
@@ -39,20 +39,46 @@ describe('hls.js adapter', () => {
     hls.switchTo(0);
     await t.end();
     expect(f.events.filter((e) => e.type === 'quality_change').map((e) => e.payload)).toEqual([
-      { from: '360p', to: '720p', bitrate: 1_500_000 },
-      { from: '720p', to: '360p', bitrate: 400_000 },
+      { from: '', to: '360p', bitrate: 400_000, width: 640, height: 360 },
+      { from: '360p', to: '720p', bitrate: 1_500_000, width: 1280, height: 720 },
+      { from: '720p', to: '360p', bitrate: 400_000, width: 640, height: 360 },
     ]);
   });
 
-  it('takes the level already playing at attach time as the starting point', async () => {
+  it('reports the level already playing at attach time as the initial rendition, at once', async () => {
     const f = fakeFetch();
     const t = createTelemetry(config());
     const hls = new FakeHls();
     hls.currentLevel = 1;
     t.attach(new FakeVideo().asMedia(), { hls });
+    hls.switchTo(1); // the same level: no event
     hls.switchTo(0);
     await t.end();
-    expect(f.events[0]).toMatchObject({ type: 'quality_change', payload: { from: '720p', to: '360p', bitrate: 400_000 } });
+    expect(f.events.filter((e) => e.type === 'quality_change').map((e) => e.payload)).toEqual([
+      { from: '', to: '720p', bitrate: 1_500_000, width: 1280, height: 720 },
+      { from: '720p', to: '360p', bitrate: 400_000, width: 640, height: 360 },
+    ]);
+  });
+
+  it('leaves width and height out unless both are known', async () => {
+    const { t, hls, f } = setup();
+    hls.levels = [
+      { width: 0, height: 0, bitrate: 64_000, name: 'audio' },
+      { width: 1920, height: 0, bitrate: 5_000_000, name: 'hd' },
+      { width: 1920, height: 1080, bitrate: 6_000_000, name: '' },
+    ];
+    hls.switchTo(0);
+    hls.switchTo(1);
+    hls.switchTo(2);
+    hls.trigger('hlsLevelSwitched', { level: 7 }); // not in levels
+    hls.trigger('hlsLevelSwitched', { level: -1 }); // not a level
+    await t.end();
+    expect(f.events.filter((e) => e.type === 'quality_change').map((e) => e.payload)).toEqual([
+      { from: '', to: 'audio', bitrate: 64_000 },
+      { from: 'audio', to: 'hd', bitrate: 5_000_000 },
+      { from: 'hd', to: '1080p', bitrate: 6_000_000, width: 1920, height: 1080 },
+      { from: '1080p', to: 'level 7', bitrate: 0 },
+    ]);
   });
 
   it('reports hls.js errors with details as code and the fatal flag; fatal ends the session', async () => {

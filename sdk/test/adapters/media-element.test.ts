@@ -26,16 +26,61 @@ function setup() {
 }
 
 describe('media element adapter', () => {
-  it('emits playback_start once, on the first playing, with position, duration and contentId', async () => {
+  it('emits playback_start once, on the first playing, with position, duration, contentId and startupMs', async () => {
     const { v, sent } = setup();
+    v.fire('play'); // the play intent
+    v.paused = false;
     v.fire('loadedmetadata');
     v.fire('waiting'); // initial load: not a rebuffer
+    await vi.advanceTimersByTimeAsync(1234);
     v.currentTime = 0.25;
-    v.play();
+    v.fire('playing'); // the first frame
     v.fire('playing');
     const events = await sent();
     expect(events.map((e) => e.type)).toEqual(['playback_start', 'session_end']);
-    expect(events[0].payload).toEqual({ positionMs: 250, durationMs: 8000, contentId: 'movie-42' });
+    expect(events[0].payload).toEqual({ positionMs: 250, durationMs: 8000, contentId: 'movie-42', startupMs: 1234 });
+  });
+
+  it('measures startupMs from the first play, even when the viewer paused before the first frame', async () => {
+    const { v, sent } = setup();
+    v.fire('play');
+    await vi.advanceTimersByTimeAsync(300);
+    v.pause(); // before playback started: no playback_pause
+    await vi.advanceTimersByTimeAsync(2000);
+    v.paused = false;
+    v.fire('play');
+    await vi.advanceTimersByTimeAsync(450);
+    v.fire('playing');
+    await vi.advanceTimersByTimeAsync(5000);
+    v.pause();
+    v.play(); // a resume does not touch startupMs
+    const events = await sent();
+    expect(events.map((e) => e.type)).toEqual(['playback_start', 'playback_pause', 'playback_resume', 'session_end']);
+    expect(events[0].payload).toMatchObject({ startupMs: 2750 });
+  });
+
+  it('sends startupMs 0 when the first frame comes in the same millisecond as the play', async () => {
+    const { v, sent } = setup();
+    v.play();
+    const [start] = await sent();
+    expect(start.payload).toMatchObject({ startupMs: 0 });
+  });
+
+  it('leaves startupMs out when the play intent came before attach', async () => {
+    const f = fakeFetch();
+    const t = createTelemetry(config());
+    const v = new FakeVideo();
+    v.paused = false;
+    v.fire('play'); // not seen: nothing is attached yet
+    t.attach(v.asMedia());
+    await vi.advanceTimersByTimeAsync(700);
+    v.fire('playing');
+    await t.end();
+    expect(f.events[0]).toEqual({
+      type: 'playback_start',
+      ts: expect.any(String),
+      payload: { positionMs: 0, durationMs: 0, contentId: 'movie-42' },
+    });
   });
 
   it('sends durationMs 0 for a live stream (duration Infinity) and before metadata (NaN)', async () => {

@@ -43,11 +43,16 @@ export function makeHls(dir, ffmpeg = process.env.FFMPEG_BIN || '/usr/bin/ffmpeg
   return master;
 }
 
-/** Serves `mounts` ({ '/prefix': '/dir' }) on 127.0.0.1:<random> with CORS `*`. Resolves to { url, close }. */
+/**
+ * Serves `mounts` ({ '/prefix': '/dir' }) on 127.0.0.1:<random> with CORS `*`. Resolves to
+ * { url, close, hold, release }: `hold(re)` makes every request whose path matches `re` wait
+ * (unanswered) until `release()`, so a test forces a stall at a known place without guessing
+ * how long one takes; `held()` tells how many requests are waiting.
+ */
 export function serveStatic(mounts) {
-  const server = createServer((req, res) => {
-    res.setHeader('access-control-allow-origin', '*');
-    if (req.method === 'OPTIONS') return res.writeHead(204).end();
+  let holding = null;
+  let waiting = [];
+  const serve = (req, res) => {
     const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
     for (const [prefix, dir] of Object.entries(mounts)) {
       if (!path.startsWith(prefix + '/')) continue;
@@ -57,10 +62,35 @@ export function serveStatic(mounts) {
       return createReadStream(file).pipe(res);
     }
     res.writeHead(404).end('not found');
+  };
+  const server = createServer((req, res) => {
+    res.setHeader('access-control-allow-origin', '*');
+    if (req.method === 'OPTIONS') return res.writeHead(204).end();
+    if (holding && holding.test(new URL(req.url, 'http://x').pathname)) {
+      waiting.push(() => serve(req, res));
+      return;
+    }
+    serve(req, res);
   });
+  const release = () => {
+    holding = null;
+    const go = waiting;
+    waiting = [];
+    for (const g of go) g();
+  };
   return new Promise((resolve) =>
     server.listen(0, '127.0.0.1', () =>
-      resolve({ url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) }),
+      resolve({
+        url: `http://127.0.0.1:${server.address().port}`,
+        hold: (re) => (holding = re),
+        held: () => waiting.length,
+        release,
+        close: () => {
+          release();
+          server.closeAllConnections();
+          return new Promise((r) => server.close(r));
+        },
+      }),
     ),
   );
 }

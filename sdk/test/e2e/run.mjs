@@ -1,10 +1,15 @@
 //! Real-browser end-to-end test: Debian's Chromium (driven by playwright-core) plays a two-rendition
 //! HLS stream made by ffmpeg through hls.js on /demo/player.html served by streamwatch, with the SDK
-//! attached; the session is then read back from GET /api/v1/telemetry/sessions/{id}/events.
+//! attached; the session is then read back from GET /api/v1/telemetry/sessions/{id}/events. A second
+//! session stalls where the test's origin holds a segment, and is found as a view in /api/v1/qoe/views.
+//!
+//! The demo page loads hls.js and the SDK from streamwatch itself: the test checks that the page
+//! reaches no host but streamwatch and the media origin, and that no Content-Security-Policy
+//! violation or console error happens.
 //!
 //! Env: STREAMWATCH_BIN (default ../target/debug/streamwatch from sdk/), STREAMWATCH_URL (use a running
 //! server instead), CHROMIUM_BIN (/usr/bin/chromium), FFMPEG_BIN (/usr/bin/ffmpeg), E2E_KEEP=1 (keep
-//! temp files), E2E_MOCK_SERVER=1 (a node stand-in for streamwatch, to work on the SDK alone).
+//! temp files).
 
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -97,17 +102,15 @@ const freePort = () =>
   });
 
 async function startStreamwatch(dataDir) {
-  if (env.E2E_MOCK_SERVER === '1') {
-    const { startMock } = await import('./mock-streamwatch.mjs');
-    const mock = await startMock({ sdkDist: join(sdkRoot, 'dist/index.js'), webDir: resolve(sdkRoot, '../web') });
-    cleanups.push(mock.close);
-    console.log(`  note  E2E_MOCK_SERVER=1: using the node stand-in at ${mock.url}, not streamwatch`);
-    return mock.url;
-  }
   if (env.STREAMWATCH_URL) return env.STREAMWATCH_URL.replace(/\/$/, '');
   assert(existsSync(BIN), `no streamwatch binary at ${BIN} (build it with cargo build, or set STREAMWATCH_BIN)`);
   const port = await freePort();
-  const args = ['serve', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir, '--auth-rate-limit', 'off'];
+  // Loopback origins are allowed so the test's media origin can be registered as a stream;
+  // QoE views are refreshed every second so the test waits little for them.
+  const args = [
+    'serve', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--data-dir', dataDir,
+    '--auth-rate-limit', 'off', '--allow-private', '127.0.0.0/8', '--qoe-refresh', '1s',
+  ];
   const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, NO_COLOR: '1', RUST_LOG: env.RUST_LOG || 'info' } });
   const out = [];
   const keep = (chunk) => out.push(...String(chunk).split('\n').filter(Boolean)) && out.splice(0, Math.max(0, out.length - 60));
@@ -124,10 +127,10 @@ async function startStreamwatch(dataDir) {
   });
   const url = `http://127.0.0.1:${port}`;
   await waitFor(
-    'GET /healthz 200',
+    'GET /readyz 200',
     async () => {
       assert(!exited, `streamwatch ${exited}`);
-      return (await fetch(`${url}/healthz`)).status === 200;
+      return (await fetch(`${url}/readyz`)).status === 200;
     },
     60_000,
   );
@@ -168,12 +171,11 @@ async function main() {
   writeFileSync(join(thirdParty, 'third-party.html'), THIRD_PARTY_PAGE);
   const statics = await serveStatic({
     '/media': media,
-    '/hls': join(sdkRoot, 'node_modules/hls.js/dist'),
     '/page': thirdParty,
   });
   cleanups.push(statics.close);
 
-  const base = await check('streamwatch answers /healthz', () => startStreamwatch(join(tmp, 'data')));
+  const base = await check('streamwatch is ready (/readyz)', () => startStreamwatch(join(tmp, 'data')));
 
   const cookie = await check('sign up (POST /api/auth/sign-up/email) gives the session cookie', async () => {
     const email = `e2e-${Date.now()}@example.com`;
@@ -191,11 +193,13 @@ async function main() {
     return r.json.rawKey;
   });
 
-  await check('streamwatch serves the SDK bundle and the demo page', async () => {
-    for (const p of ['/sdk/@service/player-sdk@0.1.0/dist/index.js', '/demo/player.html']) {
+  await check('streamwatch serves the SDK bundles and the demo page (with a CSP)', async () => {
+    for (const p of ['/sdk/@service/player-sdk@0.1.0/dist/index.js', '/sdk/@service/player-sdk@0.2.0/dist/index.js', '/demo/player.html']) {
       const r = await fetch(base + p);
       assert(r.status === 200, `GET ${p} answered ${r.status}`);
     }
+    const csp = (await fetch(`${base}/demo/player.html`)).headers.get('content-security-policy') || '';
+    assert(csp.includes("script-src 'self'") && !csp.includes('unsafe-inline'), `CSP ${csp}`);
   });
 
   const { chromium } = await import('playwright-core');
@@ -203,6 +207,20 @@ async function main() {
   cleanups.push(() => browser.close());
   const page = await browser.newPage();
   const logs = [];
+  // Every host the demo page talks to, every CSP violation and every console error.
+  const origins = new Set();
+  const problems = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (u.protocol === 'http:' || u.protocol === 'https:') origins.add(u.origin);
+  });
+  page.on('console', (m) => m.type() === 'error' && problems.push(`console error: ${m.text()}`));
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  await page.addInitScript(() =>
+    document.addEventListener('securitypolicyviolation', (e) =>
+      console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`),
+    ),
+  );
   page.on('console', (m) => logs.push(`[console.${m.type()}] ${m.text()}`));
   page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
   page.on('requestfailed', (r) => logs.push(`[requestfailed] ${r.method()} ${r.url()} ${r.failure()?.errorText}`));
@@ -212,7 +230,6 @@ async function main() {
   const q = new URLSearchParams({
     src: `${statics.url}/media/master.m3u8`,
     key,
-    hls: `${statics.url}/hls/hls.mjs`,
     content: 'e2e-testsrc',
   });
   await check('demo page loads, hls.js plays, SDK attached', async () => {
@@ -249,6 +266,26 @@ async function main() {
     page.waitForFunction(() => window.__sw.video.ended, null, { timeout: 45_000 }),
   );
 
+  await check('the page reached only streamwatch and the media origin, with no CSP violation or console error', () => {
+    const allowed = new Set([base, statics.url]);
+    const foreign = [...origins].filter((o) => !allowed.has(o));
+    assert(foreign.length === 0, `requests to ${foreign.join(', ')}`);
+    assert(origins.has(base) && origins.has(statics.url), `origins seen: ${[...origins].join(', ')}`);
+    assert(problems.length === 0, problems.join('; '));
+  });
+
+  await check('a script URL in the query string (?hls=data:…) is never loaded', async () => {
+    const evil = await browser.newPage();
+    const seen = [];
+    evil.on('request', (r) => seen.push(r.url()));
+    const attack = new URLSearchParams({ src: `${statics.url}/media/master.m3u8`, key, hls: 'data:text/javascript,window.__pwned=1' });
+    await evil.goto(`${base}/demo/player.html?${attack}`);
+    await evil.waitForFunction(() => window.__sw && window.__sw.hls, null, { timeout: 15_000 });
+    assert((await evil.evaluate(() => window.__pwned)) === undefined, 'the query-string script ran');
+    assert(!seen.some((u) => u.startsWith('data:')), 'a data: URL was requested');
+    await evil.close();
+  });
+
   const items = await check(`read the session back (GET /api/v1/telemetry/sessions/${sessionId}/events)`, () =>
     waitFor(
       'session_end in the stored events',
@@ -281,6 +318,14 @@ async function main() {
     }
   });
 
+  await check('SDK 0.2.0: startupMs on playback_start, an initial quality_change with from "" and its size', () => {
+    const start = items.find((e) => e.type === 'playback_start').payload;
+    assert(typeof start.startupMs === 'number' && start.startupMs > 0, `startupMs ${start.startupMs}`);
+    const first = items.find((e) => e.type === 'quality_change').payload;
+    assert(first.from === '' && /^\d+p$/.test(first.to), `initial quality_change ${JSON.stringify(first)}`);
+    assert(first.width > 0 && first.height > 0 && first.bitrate > 0, `size ${JSON.stringify(first)}`);
+  });
+
   await check('payloads carry the played content, rendition labels and the end reason', () => {
     const start = items.find((e) => e.type === 'playback_start').payload;
     assert(start.contentId === 'e2e-testsrc', `contentId ${start.contentId}`);
@@ -310,12 +355,67 @@ async function main() {
       500,
     );
     const types = stored.map((e) => e.type);
-    assert(types[0] === 'playback_start', `first event ${types[0]}`);
+    // Before the first frame only the initial rendition (quality_change from "") may come.
+    const start = types.indexOf('playback_start');
+    assert(start >= 0, `no playback_start in ${types.join(', ')}`);
+    assert(
+      stored.slice(0, start).every((e) => e.type === 'quality_change' && e.payload.from === ''),
+      `before playback_start: ${types.slice(0, start).join(', ')}`,
+    );
     const end = stored.filter((e) => e.type === 'session_end');
     assert(end.length === 1 && end[0].payload.reason === 'unloaded', `session_end ${JSON.stringify(end)}`);
   });
 
-  await check('a player page on another origin loads the SDK from streamwatch and its batches are stored (CORS)', async () => {
+  await check('a stall forced by the origin shows as a view in /api/v1/qoe/views: startupMs > 0, rebufferCount ≥ 1, Chrome, streamId of the registered stream', async () => {
+    const src = `${statics.url}/media/master.m3u8`;
+    const r = await api(base, 'POST', '/api/v1/streams', { cookie, body: { sourceUrl: src, name: 'e2e media' } });
+    assert(r.status === 201, `registering the stream answered ${r.status}: ${r.text}`);
+    const streamId = r.json.id;
+    // The origin holds the third segment (media time 4–6 s) of every rendition: playback
+    // must stall there, whatever the machine's speed. Released once the page has stalled.
+    statics.hold(/^\/media\/v\d+\/seg2\.ts$/);
+    const stall = await browser.newPage();
+    stall.on('console', (m) => logs.push(`[stall console.${m.type()}] ${m.text()}`));
+    await stall.addInitScript(() => {
+      window.__waits = [];
+      // Media events do not bubble, but capture listeners on the document see them.
+      document.addEventListener('waiting', (e) => window.__waits.push(e.target.currentTime), true);
+    });
+    await stall.goto(`${base}/demo/player.html?${new URLSearchParams({ src, key, content: 'e2e-stall' })}`);
+    await stall.waitForFunction(() => window.__sw && window.__sw.video.currentTime > 1 && window.__waits.some((t) => t > 1), null, {
+      timeout: 40_000,
+    });
+    statics.release();
+    await stall.waitForFunction(() => window.__sw.video.ended, null, { timeout: 45_000 });
+    const id = await stall.evaluate(() => window.__sw.telemetry.sessionId);
+    await stall.close();
+    const view = await waitFor(
+      `view ${id} in /api/v1/qoe/views`,
+      async () => {
+        const v = await api(base, 'GET', '/api/v1/qoe/views?limit=1000', { cookie });
+        assert(v.status === 200, `views answered ${v.status}: ${v.text}`);
+        const found = v.json.items.find((i) => i.sessionId === id);
+        // Complete once the whole 8 s were watched (a view is re-derived as its batches arrive).
+        return found && found.watchTimeMs >= 7000 && found;
+      },
+      30_000,
+      500,
+    );
+    console.log(`        view: ${JSON.stringify(view)}`);
+    assert(view.startupMs > 0, `startupMs ${view.startupMs}`);
+    assert(view.rebufferCount >= 1 && view.rebufferMs > 0, `rebufferCount ${view.rebufferCount}, rebufferMs ${view.rebufferMs}`);
+    assert(view.browser === 'Chrome', `browser ${view.browser}`);
+    assert(view.streamId === streamId, `streamId ${view.streamId}, registered ${streamId}`);
+    assert(view.src === src && view.contentId === 'e2e-stall', `src ${view.src}, contentId ${view.contentId}`);
+    assert(view.sdk === '@service/player-sdk@0.2.0' && /^hls\.js /.test(view.player), `sdk ${view.sdk}, player ${view.player}`);
+    assert(view.started && !view.failed && view.avgBitrateKbps > 0, JSON.stringify(view));
+    // The same view counts in the stream's timeline, next to its probes.
+    const t = await api(base, 'GET', `/api/v1/streams/${streamId}/timeline?granularity=hour`, { cookie });
+    assert(t.status === 200, `timeline answered ${t.status}: ${t.text}`);
+    assert(t.json.items.some((i) => i.viewers.views >= 1), `no viewers in ${t.text}`);
+  });
+
+  await check('a player page on another origin loads the pinned SDK 0.1.0 from streamwatch and its batches are stored (CORS)', async () => {
     const other = await browser.newPage();
     other.on('console', (m) => logs.push(`[third-party console.${m.type()}] ${m.text()}`));
     await other.goto(`${statics.url}/page/third-party.html?${new URLSearchParams({ sw: base, key })}`);

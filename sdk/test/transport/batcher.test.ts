@@ -16,7 +16,7 @@ function make(opts: Partial<ConstructorParameters<typeof Batcher>[0]> = {}, answ
     return answer(sent.length);
   });
   const log = vi.fn();
-  const b = new Batcher({ maxBatchSize: 5, flushIntervalMs: 10_000, maxBuffered: 100, envelopeBytes: 60, send, log, random: () => 1, ...opts });
+  const b = new Batcher({ maxBatchSize: 5, flushIntervalMs: 10_000, maxBuffered: 100, envelopeBytes: () => 60, send, log, random: () => 1, ...opts });
   return { b, sent, send, log };
 }
 
@@ -71,6 +71,23 @@ describe('Batcher', () => {
       expect(JSON.stringify({ apiKey: 'k', sessionId: 's', events: batch }).length).toBeLessThanOrEqual(MAX_BODY_BYTES);
     }
     expect(sent.flat()).toHaveLength(150);
+  });
+
+  it('asks for the envelope size at every batch, so a growing context still fits', async () => {
+    let envelope = 60;
+    const { b, sent } = make({ maxBatchSize: 1000, maxBuffered: 1000, envelopeBytes: () => envelope });
+    const pad = 'x'.repeat(1000);
+    const perEvent = JSON.stringify(ev(0, pad)).length + 1;
+    for (let i = 0; i < 100; i++) b.push(ev(i, pad));
+    await b.flush();
+    const small = Math.floor((MAX_BODY_BYTES - 60) / perEvent);
+    expect(sent.map((s) => s.length)).toEqual([small, 100 - small]);
+    envelope = 20_000; // e.g. a long src became known
+    sent.length = 0;
+    for (let i = 0; i < 100; i++) b.push(ev(i, pad));
+    await b.flush();
+    const big = Math.floor((MAX_BODY_BYTES - 20_000) / perEvent);
+    expect(sent.map((s) => s.length)).toEqual([big, big, 100 - 2 * big]);
   });
 
   it('retries a failed batch with growing jittered delays, the same events each time', async () => {

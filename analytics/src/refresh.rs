@@ -1,0 +1,163 @@
+//! The refresher: keeps each engine's `qoe_views` table up to date with the stored
+//! telemetry, so an acknowledged batch is reflected in every QoE route within
+//! `STREAMWATCH_QOE_REFRESH` (analytics.md §4, default 10 s).
+//!
+//! Every `every`, a step finds the views touched since its watermark, loads their
+//! deduplicated events and batch records, derives them with [`crate::view::View::derive`]
+//! (one code path for both engines) and upserts them; then it moves the watermark.
+//!
+//! - **SQLite**: the watermark is the last `view_batches.id` derived. The store has a
+//!   single writer and a record commits with its events, so ids grow in commit order and
+//!   the step is exact: every record above the watermark, nothing else.
+//! - **ClickHouse**: records carry the server's `written_at` (seconds). A step reads the
+//!   server's `now()` first, takes the records written since `watermark − margin`, and
+//!   sets the watermark to that `now()`. A record becomes visible within its insert's
+//!   timeout (30 s) of `written_at`, so the margin ([`RefreshConfig::margin`], 60 s)
+//!   covers records that were in flight when the previous step ran. Views whose record
+//!   count equals the stored one are skipped (a record is inserted after its events, so
+//!   an unchanged count means no unseen event), which keeps the margin cheap.
+//!
+//! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
+//! upserts, so a restart re-derives whatever the interrupted step had not finished.
+//! Several instances may refresh the same ClickHouse: each upsert carries
+//! `version` = records × 2³² + distinct events of its derivation, and `ReplacingMergeTree`
+//! keeps the highest, so the row derived from the most data wins in any order; the
+//! shared watermark only ever moves forward (the highest value wins). A retried batch
+//! adds a record with the same content, which derives the same view.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::store::{AnalyticsError, Engine, Store};
+
+/// Default interval between refresh steps (`STREAMWATCH_QOE_REFRESH`).
+pub const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+
+/// Tuning of the refresher.
+#[derive(Debug, Clone, Copy)]
+pub struct RefreshConfig {
+    /// ClickHouse: how far before the watermark a step looks again for records that
+    /// were still in flight (default 60 s; above the 30 s insert timeout).
+    pub margin: Duration,
+    /// Views loaded and derived per round trip (default 2,000).
+    pub chunk: usize,
+}
+
+impl Default for RefreshConfig {
+    fn default() -> Self {
+        RefreshConfig {
+            margin: Duration::from_secs(60),
+            chunk: 2_000,
+        }
+    }
+}
+
+/// What a refresher remembers between steps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RefreshState {
+    /// SQLite: last derived `view_batches.id`; ClickHouse: server time (epoch s) of the
+    /// last completed step. `None` before the first step (read from the store then).
+    pub watermark: Option<i64>,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefreshStats {
+    /// Views touched since the watermark.
+    pub candidates: usize,
+    /// Views skipped because nothing new was stored for them (ClickHouse).
+    pub unchanged: usize,
+    /// Views derived and upserted.
+    pub derived: usize,
+    /// Distinct events those derivations read.
+    pub events: usize,
+}
+
+/// A refresher over one store: call [`Refresher::step`] (tests drive it explicitly),
+/// or let [`run`] call it every interval.
+#[derive(Debug, Clone)]
+pub struct Refresher {
+    store: Store,
+    config: RefreshConfig,
+    state: RefreshState,
+}
+
+impl Refresher {
+    /// A refresher with the default [`RefreshConfig`].
+    pub fn new(store: Store) -> Self {
+        Refresher::with_config(store, RefreshConfig::default())
+    }
+
+    /// A refresher with explicit tuning.
+    pub fn with_config(store: Store, config: RefreshConfig) -> Self {
+        Refresher {
+            store,
+            config,
+            state: RefreshState::default(),
+        }
+    }
+
+    /// Derives and upserts every view touched since the last step (see the module doc).
+    /// On an error nothing is lost: the watermark stays, the next step redoes the work.
+    pub async fn step(&mut self) -> Result<RefreshStats, AnalyticsError> {
+        if !self.store.is_ready() {
+            return Err(AnalyticsError::Retryable(
+                "telemetry store not ready".to_owned(),
+            ));
+        }
+        match &self.store.engine {
+            Engine::ClickHouse(ch) => ch.refresh_step(&mut self.state, &self.config).await,
+            Engine::Sqlite(sq) => sq.refresh_step(&mut self.state, &self.config).await,
+        }
+    }
+
+    /// The current watermark (for tests and logs).
+    pub fn state(&self) -> RefreshState {
+        self.state
+    }
+}
+
+/// Runs a refresher on `store` every `every` until `stop` turns true (or its sender is
+/// dropped); the server spawns it next to the ingest writer. A failed step is logged and
+/// retried at the next interval; a step that outlasts the interval is followed at once by
+/// the next.
+pub async fn run(store: Store, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut refresher = Refresher::new(store);
+    let mut failures = 0u32;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        match refresher.step().await {
+            Ok(stats) => {
+                failures = 0;
+                tracing::debug!(
+                    candidates = stats.candidates,
+                    derived = stats.derived,
+                    unchanged = stats.unchanged,
+                    events = stats.events,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "qoe views refreshed"
+                );
+            }
+            Err(e) => {
+                failures += 1;
+                // The first failure and then every tenth: an outage does not flood the log.
+                if failures == 1 || failures % 10 == 0 {
+                    tracing::warn!(error = %e, failures, "qoe refresh failed; retrying");
+                }
+            }
+        }
+        let pause = every.saturating_sub(started.elapsed());
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            changed = stop.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,702 @@
+//! The ClickHouse engine: aggregations over `qoe_views FINAL`, the views list, the
+//! session read-back over `telemetry_events FINAL`, and the refresher's reads and
+//! upserts. Runs on ClickHouse 18.16 and current releases: client-side `?` binds,
+//! RowBinary without type validation, no function newer than 18.16 (shared/notes).
+
+use std::collections::{BTreeMap, HashMap};
+
+use clickhouse::{Client, Row};
+use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
+use serde::{Deserialize, Serialize};
+
+use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
+use super::{view_version, AnalyticsError, Group, GroupKey, Selection};
+use crate::dims::{BatchDims, Dims, UserAgent};
+use crate::event::{needs_payload, Event};
+use crate::metrics::Aggregate;
+use crate::query::{Cursor, Dimension};
+use crate::refresh::{RefreshConfig, RefreshState, RefreshStats};
+use crate::view::View;
+
+const D: Dialect = Dialect::ClickHouse;
+
+/// Queries can carry a `src → streamId` map of every registered stream; ClickHouse's
+/// default 256 KiB query size would cap it near 3,000 streams.
+const MAX_QUERY_SIZE: &str = "67108864";
+
+/// The ClickHouse engine.
+#[derive(Clone)]
+pub(crate) struct ChStore {
+    client: Client,
+}
+
+fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
+    ingest::sink::clickhouse::classify_error(e).into()
+}
+
+/// Every column of `qoe_views`, in [`ViewRow`] order.
+const VIEW_COLUMNS: &str = "owner, session_id, started_at, ended_at, started, first_frame_at, \
+    startup_ms, failed, failed_at, startup_failure, exit_before_start, rebuffer_count, \
+    rebuffer_ms, paused_ms, watch_time_ms, bitrate_weighted_sum, bitrate_covered_ms, \
+    rendition_switches, upshifts, downshifts, error_count, fatal_error_code, content_id, src, \
+    sdk, player, browser, os, device_type, tag_keys, tag_values, batch_rows, event_rows, \
+    version, derived_at";
+
+/// One row of `qoe_views`.
+#[derive(Debug, Clone, Row, Serialize, Deserialize)]
+struct ViewRow {
+    owner: String,
+    session_id: String,
+    started_at: i64,
+    ended_at: i64,
+    started: u8,
+    first_frame_at: Option<i64>,
+    startup_ms: Option<f64>,
+    failed: u8,
+    failed_at: Option<i64>,
+    startup_failure: u8,
+    exit_before_start: u8,
+    rebuffer_count: i64,
+    rebuffer_ms: i64,
+    paused_ms: i64,
+    watch_time_ms: i64,
+    bitrate_weighted_sum: f64,
+    bitrate_covered_ms: i64,
+    rendition_switches: i64,
+    upshifts: i64,
+    downshifts: i64,
+    error_count: i64,
+    fatal_error_code: Option<String>,
+    content_id: Option<String>,
+    src: Option<String>,
+    sdk: Option<String>,
+    player: Option<String>,
+    browser: String,
+    os: String,
+    device_type: String,
+    tag_keys: Vec<String>,
+    tag_values: Vec<String>,
+    batch_rows: u64,
+    event_rows: u64,
+    version: u64,
+    derived_at: i64,
+}
+
+impl ViewRow {
+    fn new(owner: &str, v: &View, batch_rows: u64, event_rows: u64, now_ms: i64) -> Self {
+        let d = &v.dims;
+        ViewRow {
+            owner: owner.to_owned(),
+            session_id: v.session_id.clone(),
+            started_at: v.started_at,
+            ended_at: v.ended_at,
+            started: u8::from(v.started),
+            first_frame_at: v.first_frame_at,
+            startup_ms: v.startup_ms,
+            failed: u8::from(v.failed),
+            failed_at: v.failed_at,
+            startup_failure: u8::from(v.startup_failure),
+            exit_before_start: u8::from(v.exit_before_start),
+            rebuffer_count: v.rebuffer_count,
+            rebuffer_ms: v.rebuffer_ms,
+            paused_ms: v.paused_ms,
+            watch_time_ms: v.watch_time_ms,
+            bitrate_weighted_sum: v.bitrate_weighted_sum,
+            bitrate_covered_ms: v.bitrate_covered_ms,
+            rendition_switches: v.rendition_switches,
+            upshifts: v.upshifts,
+            downshifts: v.downshifts,
+            error_count: v.error_count,
+            fatal_error_code: v.fatal_error_code.clone(),
+            content_id: d.content_id.clone(),
+            src: d.src.clone(),
+            sdk: d.sdk.clone(),
+            player: d.player.clone(),
+            browser: d.user_agent.browser.clone(),
+            os: d.user_agent.os.clone(),
+            device_type: d.user_agent.device_type.clone(),
+            tag_keys: d.tags.keys().cloned().collect(),
+            tag_values: d.tags.values().cloned().collect(),
+            batch_rows,
+            event_rows,
+            version: view_version(batch_rows, event_rows),
+            derived_at: now_ms,
+        }
+    }
+
+    fn into_view(self) -> View {
+        View {
+            session_id: self.session_id,
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            started: self.started != 0,
+            first_frame_at: self.first_frame_at,
+            startup_ms: self.startup_ms,
+            failed: self.failed != 0,
+            failed_at: self.failed_at,
+            startup_failure: self.startup_failure != 0,
+            exit_before_start: self.exit_before_start != 0,
+            rebuffer_count: self.rebuffer_count,
+            rebuffer_ms: self.rebuffer_ms,
+            paused_ms: self.paused_ms,
+            watch_time_ms: self.watch_time_ms,
+            bitrate_weighted_sum: self.bitrate_weighted_sum,
+            bitrate_covered_ms: self.bitrate_covered_ms,
+            rendition_switches: self.rendition_switches,
+            upshifts: self.upshifts,
+            downshifts: self.downshifts,
+            error_count: self.error_count,
+            fatal_error_code: self.fatal_error_code,
+            dims: Dims {
+                content_id: self.content_id,
+                src: self.src,
+                sdk: self.sdk,
+                player: self.player,
+                tags: self.tag_keys.into_iter().zip(self.tag_values).collect(),
+                user_agent: UserAgent {
+                    browser: self.browser,
+                    os: self.os,
+                    device_type: self.device_type,
+                },
+            },
+        }
+    }
+}
+
+/// The aggregate columns, in the order of the `Agg*` rows' fields after the key.
+const AGGREGATES: &str = "toInt64(count()), toInt64(sum(failed)), toInt64(sum(startup_failure)), \
+    toInt64(sum(exit_before_start)), toInt64(sum(rebuffer_ms)), toInt64(sum(rebuffer_count)), \
+    toInt64(sum(watch_time_ms)), toFloat64(sum(bitrate_weighted_sum)), \
+    toInt64(sum(bitrate_covered_ms)), toInt64(count(startup_ms)), \
+    toFloat64(sum(ifNull(startup_ms, 0))), quantilesExact(0.5, 0.75, 0.95, 0.99)(startup_ms)";
+
+macro_rules! agg_row {
+    ($name:ident $(, $key:ident : $kty:ty)?) => {
+        #[derive(Debug, Row, Deserialize)]
+        struct $name {
+            $($key: $kty,)?
+            views: i64,
+            failed: i64,
+            startup_failures: i64,
+            exits_before_start: i64,
+            rebuffer_ms: i64,
+            rebuffer_count: i64,
+            watch_time_ms: i64,
+            bitrate_weighted_sum: f64,
+            bitrate_covered_ms: i64,
+            startup_count: i64,
+            startup_sum_ms: f64,
+            startup_quantiles: Vec<f64>,
+        }
+
+        impl $name {
+            fn aggregate(&self) -> Aggregate {
+                let q = |i: usize| {
+                    (self.startup_count > 0)
+                        .then(|| self.startup_quantiles.get(i).copied())
+                        .flatten()
+                };
+                Aggregate {
+                    views: self.views,
+                    failed: self.failed,
+                    startup_failures: self.startup_failures,
+                    exits_before_start: self.exits_before_start,
+                    rebuffer_ms: self.rebuffer_ms,
+                    rebuffer_count: self.rebuffer_count,
+                    watch_time_ms: self.watch_time_ms,
+                    bitrate_weighted_sum: self.bitrate_weighted_sum,
+                    bitrate_covered_ms: self.bitrate_covered_ms,
+                    startup_count: self.startup_count,
+                    startup_sum_ms: self.startup_sum_ms,
+                    startup_p50_ms: q(0),
+                    startup_p75_ms: q(1),
+                    startup_p95_ms: q(2),
+                    startup_p99_ms: q(3),
+                }
+            }
+        }
+    };
+}
+
+agg_row!(AggAll);
+agg_row!(AggBucket, k: i64);
+agg_row!(AggValue, k: Option<String>);
+
+#[derive(Row, Deserialize)]
+struct SessionRow {
+    session_id: String,
+    first_ts: i64,
+    last_ts: i64,
+    event_count: u64,
+    c_playback_start: u64,
+    c_playback_pause: u64,
+    c_playback_resume: u64,
+    c_rebuffer_start: u64,
+    c_rebuffer_end: u64,
+    c_quality_change: u64,
+    c_error: u64,
+    c_session_end: u64,
+    content_id: String,
+}
+
+#[derive(Row, Deserialize)]
+struct EventReadRow {
+    ts: i64,
+    event_type: String,
+    payload: String,
+}
+
+#[derive(Row, Deserialize)]
+struct Key {
+    owner: String,
+    session_id: String,
+}
+
+#[derive(Row, Deserialize)]
+struct BatchReadRow {
+    session_id: String,
+    first_ts: i64,
+    seq: u64,
+    dims: String,
+}
+
+#[derive(Row, Deserialize)]
+struct StoredCount {
+    session_id: String,
+    batch_rows: u64,
+}
+
+#[derive(Row, Deserialize)]
+struct RawEventRow {
+    session_id: String,
+    ts: i64,
+    event_type: String,
+    payload: String,
+    ver: u64,
+}
+
+#[derive(Row, Deserialize)]
+struct IntRow {
+    v: i64,
+}
+
+#[derive(Row, Serialize)]
+struct StateRow<'a> {
+    name: &'a str,
+    value: i64,
+}
+
+/// The watermark's row in `qoe_refresh_state`.
+const WATERMARK: &str = "views";
+
+impl ChStore {
+    pub fn new(client: Client) -> Self {
+        ChStore {
+            client: client.with_setting("max_query_size", MAX_QUERY_SIZE),
+        }
+    }
+
+    fn query(&self, sql: &Sql) -> clickhouse::query::Query {
+        let mut q = self.client.query(&sql.text);
+        for a in &sql.args {
+            q = match a {
+                Arg::Str(s) => q.bind(s.as_str()),
+                Arg::Int(i) => q.bind(*i),
+            };
+        }
+        q
+    }
+
+    pub async fn aggregate(
+        &self,
+        sel: Selection<'_>,
+        group: &Group,
+    ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
+        let mut sql = Sql::new("SELECT ");
+        match group {
+            Group::All => {}
+            Group::Bucket(w) => {
+                sql.push(&bucket_expr(D, *w)).push(" AS k, ");
+            }
+            Group::Dim(Dimension::StreamId) => {
+                if sel.streams.is_empty() {
+                    sql.push("CAST(NULL AS Nullable(String)) AS k, ");
+                } else {
+                    let mut pairs: Vec<(&String, &String)> = sel.streams.iter().collect();
+                    pairs.sort();
+                    sql.push("nullIf(transform(ifNull(src, ''), [");
+                    for (i, (src, _)) in pairs.iter().enumerate() {
+                        if i > 0 {
+                            sql.push(", ");
+                        }
+                        sql.str(src);
+                    }
+                    sql.push("], [");
+                    for (i, (_, id)) in pairs.iter().enumerate() {
+                        if i > 0 {
+                            sql.push(", ");
+                        }
+                        sql.str(id);
+                    }
+                    sql.push("], ''), '') AS k, ");
+                }
+            }
+            Group::Dim(dim) => {
+                sql.push("CAST(");
+                D.push_value(&mut sql, dim);
+                sql.push(" AS Nullable(String)) AS k, ");
+            }
+        }
+        sql.push(AGGREGATES).push(" FROM qoe_views FINAL WHERE ");
+        push_selection(&mut sql, D, &sel);
+        if *group != Group::All {
+            sql.push(" GROUP BY k");
+        }
+        let q = self.query(&sql);
+        Ok(match group {
+            Group::All => q
+                .fetch_all::<AggAll>()
+                .await
+                .map_err(map_err)?
+                .iter()
+                .map(|r| (GroupKey::All, r.aggregate()))
+                .collect(),
+            Group::Bucket(_) => q
+                .fetch_all::<AggBucket>()
+                .await
+                .map_err(map_err)?
+                .iter()
+                .map(|r| (GroupKey::Bucket(r.k), r.aggregate()))
+                .collect(),
+            Group::Dim(_) => q
+                .fetch_all::<AggValue>()
+                .await
+                .map_err(map_err)?
+                .into_iter()
+                .map(|r| {
+                    let a = r.aggregate();
+                    (GroupKey::Value(r.k), a)
+                })
+                .collect(),
+        })
+    }
+
+    pub async fn views_page(
+        &self,
+        sel: Selection<'_>,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<View>, AnalyticsError> {
+        let mut sql = Sql::new(&format!(
+            "SELECT {VIEW_COLUMNS} FROM qoe_views FINAL WHERE "
+        ));
+        push_selection(&mut sql, D, &sel);
+        if let Some(c) = cursor {
+            sql.push(" AND (started_at < ")
+                .int(c.started_at)
+                .push(" OR (started_at = ")
+                .int(c.started_at)
+                .push(" AND session_id > ")
+                .str(&c.session_id)
+                .push("))");
+        }
+        sql.push(" ORDER BY started_at DESC, session_id ASC LIMIT ")
+            .int(limit as i64 + 1);
+        let rows = self
+            .query(&sql)
+            .fetch_all::<ViewRow>()
+            .await
+            .map_err(map_err)?;
+        Ok(rows.into_iter().map(ViewRow::into_view).collect())
+    }
+
+    pub async fn sessions(
+        &self,
+        owner: &str,
+        limit: u32,
+    ) -> Result<Vec<SessionSummary>, AnalyticsError> {
+        let mut counts = String::new();
+        for t in EventType::ALL {
+            counts.push_str(&format!("countIf(type = '{0}') AS c_{0}, ", t.as_str()));
+        }
+        let sql = format!(
+            "SELECT session_id, min(ts) AS first_ts, max(ts) AS last_ts, count() AS event_count, \
+             {counts}argMinIf(content_id, ts, type = 'playback_start') AS content_id \
+             FROM telemetry_events FINAL WHERE owner = ? \
+             GROUP BY session_id ORDER BY last_ts DESC, session_id ASC LIMIT ?"
+        );
+        let rows = self
+            .client
+            .query(&sql)
+            .bind(owner)
+            .bind(limit)
+            .fetch_all::<SessionRow>()
+            .await
+            .map_err(map_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let counts = TypeCounts([
+                    r.c_playback_start,
+                    r.c_playback_pause,
+                    r.c_playback_resume,
+                    r.c_rebuffer_start,
+                    r.c_rebuffer_end,
+                    r.c_quality_change,
+                    r.c_error,
+                    r.c_session_end,
+                ]);
+                SessionSummary {
+                    session_id: r.session_id,
+                    content_id: (r.c_playback_start > 0).then_some(r.content_id),
+                    first_event_at: r.first_ts,
+                    last_event_at: r.last_ts,
+                    event_count: r.event_count,
+                    counts,
+                }
+            })
+            .collect())
+    }
+
+    pub async fn session_events(
+        &self,
+        owner: &str,
+        session_id: &str,
+    ) -> Result<Vec<StoredEvent>, AnalyticsError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT ts, type, payload FROM telemetry_events FINAL \
+                 WHERE owner = ? AND session_id = ? ORDER BY ts ASC, type ASC",
+            )
+            .bind(owner)
+            .bind(session_id)
+            .fetch_all::<EventReadRow>()
+            .await
+            .map_err(map_err)?;
+        rows.into_iter()
+            .map(|r| {
+                let event_type = EventType::from_wire(&r.event_type).ok_or_else(|| {
+                    AnalyticsError::Permanent(format!(
+                        "unknown stored event type {:?}",
+                        r.event_type
+                    ))
+                })?;
+                Ok(StoredEvent {
+                    event_type,
+                    ts_ms: r.ts,
+                    payload: r.payload,
+                })
+            })
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- refresher
+
+    /// One refresh step (see [`crate::refresh`]): the views touched by batch records
+    /// written since the watermark (minus the margin) whose record count changed are
+    /// derived again and upserted; then the watermark moves to the step's start.
+    pub async fn refresh_step(
+        &self,
+        state: &mut RefreshState,
+        cfg: &RefreshConfig,
+    ) -> Result<RefreshStats, AnalyticsError> {
+        // Server time, the clock `written_at` was stamped with.
+        let started = self
+            .client
+            .query("SELECT toInt64(toUnixTimestamp(now())) AS v")
+            .fetch_one::<IntRow>()
+            .await
+            .map_err(map_err)?
+            .v;
+        let stored = self
+            .client
+            .query("SELECT toInt64(max(value)) AS v FROM qoe_refresh_state WHERE name = ?")
+            .bind(WATERMARK)
+            .fetch_one::<IntRow>()
+            .await
+            .map_err(map_err)?
+            .v;
+        let watermark = state.watermark.unwrap_or(0).max(stored);
+        let since = if watermark > 0 {
+            watermark - cfg.margin.as_secs() as i64
+        } else {
+            0
+        };
+        let keys = self
+            .client
+            .query(
+                "SELECT DISTINCT owner, session_id FROM view_batches \
+                 WHERE written_at >= toDateTime(?) ORDER BY owner, session_id",
+            )
+            .bind(since.max(0))
+            .fetch_all::<Key>()
+            .await
+            .map_err(map_err)?;
+        let mut stats = RefreshStats {
+            candidates: keys.len(),
+            ..RefreshStats::default()
+        };
+        let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for k in keys {
+            by_owner.entry(k.owner).or_default().push(k.session_id);
+        }
+        for (owner, sessions) in &by_owner {
+            for chunk in sessions.chunks(cfg.chunk.max(1)) {
+                self.refresh_chunk(owner, chunk, &mut stats).await?;
+            }
+        }
+        let mut insert = self
+            .client
+            .insert::<StateRow<'_>>("qoe_refresh_state")
+            .await
+            .map_err(map_err)?;
+        insert
+            .write(&StateRow {
+                name: WATERMARK,
+                value: started,
+            })
+            .await
+            .map_err(map_err)?;
+        insert.end().await.map_err(map_err)?;
+        state.watermark = Some(started);
+        Ok(stats)
+    }
+
+    async fn refresh_chunk(
+        &self,
+        owner: &str,
+        sessions: &[String],
+        stats: &mut RefreshStats,
+    ) -> Result<(), AnalyticsError> {
+        let mut sql =
+            Sql::new("SELECT session_id, first_ts, seq, dims FROM view_batches WHERE owner = ");
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().map(String::as_str));
+        let batches = self
+            .query(&sql)
+            .fetch_all::<BatchReadRow>()
+            .await
+            .map_err(map_err)?;
+        let mut records: HashMap<String, Vec<BatchDims>> = HashMap::new();
+        for b in batches {
+            records
+                .entry(b.session_id)
+                .or_default()
+                .push(BatchDims::from_stored(b.first_ts, b.seq, &b.dims));
+        }
+        let mut sql = Sql::new("SELECT session_id, batch_rows FROM qoe_views FINAL WHERE owner = ");
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().map(String::as_str));
+        let stored: HashMap<String, u64> = self
+            .query(&sql)
+            .fetch_all::<StoredCount>()
+            .await
+            .map_err(map_err)?
+            .into_iter()
+            .map(|r| (r.session_id, r.batch_rows))
+            .collect();
+        // A view whose record count is unchanged saw every event of those records when
+        // it was derived (records are inserted after their events): skip it.
+        let changed: Vec<&str> = sessions
+            .iter()
+            .filter(|s| {
+                let n = records.get(*s).map_or(0, Vec::len) as u64;
+                n > 0 && stored.get(*s) != Some(&n)
+            })
+            .map(String::as_str)
+            .collect();
+        stats.unchanged += sessions.len() - changed.len();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let mut sql = Sql::new(
+            "SELECT session_id, ts, type, if(type IN ('playback_start', 'quality_change', \
+             'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events \
+             WHERE owner = ",
+        );
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(changed.iter().copied());
+        let raw = self
+            .query(&sql)
+            .fetch_all::<RawEventRow>()
+            .await
+            .map_err(map_err)?;
+        let mut events: HashMap<String, Vec<(i64, EventType, u64, String)>> = HashMap::new();
+        for r in raw {
+            let Some(t) = EventType::from_wire(&r.event_type) else {
+                continue;
+            };
+            events
+                .entry(r.session_id)
+                .or_default()
+                .push((r.ts, t, r.ver, r.payload));
+        }
+        let now_ms = now_ms();
+        let mut rows = Vec::with_capacity(changed.len());
+        for session in changed {
+            let Some(mut evs) = events.remove(session) else {
+                continue;
+            };
+            // The row with the highest `ver` of a key is the first stored (what FINAL
+            // keeps): order by key, then `ver` descending, and keep the first.
+            evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
+            evs.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
+            let parsed: Vec<Event> = evs
+                .iter()
+                .map(|(ts, t, _, p)| {
+                    if needs_payload(*t) {
+                        Event::parse(*ts, *t, p)
+                    } else {
+                        Event::new(*ts, *t)
+                    }
+                })
+                .collect();
+            let dims = records.get(session).map(Vec::as_slice).unwrap_or(&[]);
+            if let Some(view) = View::derive(session, &parsed, dims) {
+                rows.push(ViewRow::new(
+                    owner,
+                    &view,
+                    dims.len() as u64,
+                    parsed.len() as u64,
+                    now_ms,
+                ));
+            }
+        }
+        stats.derived += rows.len();
+        stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut insert = self
+            .client
+            .insert::<ViewRow>("qoe_views")
+            .await
+            .map_err(map_err)?;
+        for r in &rows {
+            insert.write(r).await.map_err(map_err)?;
+        }
+        insert.end().await.map_err(map_err)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_columns_match_the_row() {
+        let names: Vec<&str> = VIEW_COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(names, <ViewRow as Row>::COLUMN_NAMES);
+    }
+}

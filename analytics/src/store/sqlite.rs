@@ -1,0 +1,549 @@
+//! The embedded SQLite engine: aggregations over `qoe_views` (exact percentiles by row
+//! number), the views list, the session read-back over `telemetry_events`, and the
+//! refresher's reads (read pool) and upserts (the sink's single writer).
+
+use std::collections::{BTreeMap, HashMap};
+
+use ingest::{EventType, SessionSummary, SqliteSink, StoredEvent, TypeCounts};
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
+use super::{view_version, AnalyticsError, Group, GroupKey, Selection};
+use crate::dims::{BatchDims, Dims, UserAgent};
+use crate::event::{needs_payload, Event};
+use crate::metrics::Aggregate;
+use crate::query::{Cursor, Dimension};
+use crate::refresh::{RefreshConfig, RefreshState, RefreshStats};
+use crate::view::View;
+
+const D: Dialect = Dialect::Sqlite;
+
+/// The watermark's row in `qoe_refresh_state`.
+const WATERMARK: &str = "views";
+
+/// The embedded engine.
+#[derive(Clone)]
+pub(crate) struct SqliteStore {
+    sink: SqliteSink,
+}
+
+fn map_err(e: sqlx::Error) -> AnalyticsError {
+    ingest::sink::sqlite::classify_error(e).into()
+}
+
+/// Columns of a view as read back, in [`view_from_row`] order.
+const VIEW_COLUMNS: &str = "v.session_id, v.started_at, v.ended_at, v.started, v.first_frame_at, \
+    v.startup_ms, v.failed, v.failed_at, v.startup_failure, v.exit_before_start, \
+    v.rebuffer_count, v.rebuffer_ms, v.paused_ms, v.watch_time_ms, v.bitrate_weighted_sum, \
+    v.bitrate_covered_ms, v.rendition_switches, v.upshifts, v.downshifts, v.error_count, \
+    v.fatal_error_code, v.content_id, v.src, v.sdk, v.player, v.browser, v.os, v.device_type";
+
+/// The upsert of one view.
+const UPSERT_VIEW: &str = "INSERT OR REPLACE INTO qoe_views (owner, session_id, started_at, \
+    ended_at, started, first_frame_at, startup_ms, failed, failed_at, startup_failure, \
+    exit_before_start, rebuffer_count, rebuffer_ms, paused_ms, watch_time_ms, \
+    bitrate_weighted_sum, bitrate_covered_ms, rendition_switches, upshifts, downshifts, \
+    error_count, fatal_error_code, content_id, src, sdk, player, browser, os, device_type, \
+    batch_rows, event_rows, version, derived_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, \
+    ?28, ?29, ?30, ?31, ?32, ?33)";
+
+fn view_from_row(r: &SqliteRow) -> Result<View, sqlx::Error> {
+    let b = |i: usize| -> Result<bool, sqlx::Error> { Ok(r.try_get::<i64, _>(i)? != 0) };
+    Ok(View {
+        session_id: r.try_get(0)?,
+        started_at: r.try_get(1)?,
+        ended_at: r.try_get(2)?,
+        started: b(3)?,
+        first_frame_at: r.try_get(4)?,
+        startup_ms: r.try_get(5)?,
+        failed: b(6)?,
+        failed_at: r.try_get(7)?,
+        startup_failure: b(8)?,
+        exit_before_start: b(9)?,
+        rebuffer_count: r.try_get(10)?,
+        rebuffer_ms: r.try_get(11)?,
+        paused_ms: r.try_get(12)?,
+        watch_time_ms: r.try_get(13)?,
+        bitrate_weighted_sum: r.try_get(14)?,
+        bitrate_covered_ms: r.try_get(15)?,
+        rendition_switches: r.try_get(16)?,
+        upshifts: r.try_get(17)?,
+        downshifts: r.try_get(18)?,
+        error_count: r.try_get(19)?,
+        fatal_error_code: r.try_get(20)?,
+        dims: Dims {
+            content_id: r.try_get(21)?,
+            src: r.try_get(22)?,
+            sdk: r.try_get(23)?,
+            player: r.try_get(24)?,
+            tags: BTreeMap::new(),
+            user_agent: UserAgent {
+                browser: r.try_get(25)?,
+                os: r.try_get(26)?,
+                device_type: r.try_get(27)?,
+            },
+        },
+    })
+}
+
+/// The aggregate columns over the selection `s` (with key `k`, startup rank `si` and
+/// count `sn`), in [`aggregate_from_row`] order after the key.
+const AGGREGATES: &str = "COUNT(*), COALESCE(SUM(failed), 0), COALESCE(SUM(startup_failure), 0), \
+    COALESCE(SUM(exit_before_start), 0), COALESCE(SUM(rebuffer_ms), 0), \
+    COALESCE(SUM(rebuffer_count), 0), COALESCE(SUM(watch_time_ms), 0), \
+    TOTAL(bitrate_weighted_sum), COALESCE(SUM(bitrate_covered_ms), 0), COUNT(startup_ms), \
+    TOTAL(startup_ms), \
+    MAX(CASE WHEN si = MIN(sn - 1, sn * 50 / 100) THEN startup_ms END), \
+    MAX(CASE WHEN si = MIN(sn - 1, sn * 75 / 100) THEN startup_ms END), \
+    MAX(CASE WHEN si = MIN(sn - 1, sn * 95 / 100) THEN startup_ms END), \
+    MAX(CASE WHEN si = MIN(sn - 1, sn * 99 / 100) THEN startup_ms END)";
+
+/// The columns of `qoe_views` an aggregation reads.
+const AGGREGATED: &str = "v.failed, v.startup_failure, v.exit_before_start, v.rebuffer_ms, \
+    v.rebuffer_count, v.watch_time_ms, v.bitrate_weighted_sum, v.bitrate_covered_ms, \
+    v.startup_ms";
+
+fn aggregate_from_row(r: &SqliteRow) -> Result<Aggregate, sqlx::Error> {
+    Ok(Aggregate {
+        views: r.try_get(1)?,
+        failed: r.try_get(2)?,
+        startup_failures: r.try_get(3)?,
+        exits_before_start: r.try_get(4)?,
+        rebuffer_ms: r.try_get(5)?,
+        rebuffer_count: r.try_get(6)?,
+        watch_time_ms: r.try_get(7)?,
+        bitrate_weighted_sum: r.try_get(8)?,
+        bitrate_covered_ms: r.try_get(9)?,
+        startup_count: r.try_get(10)?,
+        startup_sum_ms: r.try_get(11)?,
+        startup_p50_ms: r.try_get(12)?,
+        startup_p75_ms: r.try_get(13)?,
+        startup_p95_ms: r.try_get(14)?,
+        startup_p99_ms: r.try_get(15)?,
+    })
+}
+
+fn bind_all<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    args: &'q [Arg],
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    for a in args {
+        q = match a {
+            Arg::Str(s) => q.bind(s.as_str()),
+            Arg::Int(i) => q.bind(*i),
+        };
+    }
+    q
+}
+
+impl SqliteStore {
+    pub fn new(sink: SqliteSink) -> Self {
+        SqliteStore { sink }
+    }
+
+    async fn fetch(&self, sql: &Sql) -> Result<Vec<SqliteRow>, AnalyticsError> {
+        bind_all(sqlx::query(&sql.text), &sql.args)
+            .fetch_all(self.sink.pool())
+            .await
+            .map_err(map_err)
+    }
+
+    pub async fn aggregate(
+        &self,
+        sel: Selection<'_>,
+        group: &Group,
+    ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
+        let by_stream = *group == Group::Dim(Dimension::StreamId);
+        let mut sql = Sql::default();
+        if by_stream {
+            let pairs: Vec<(&String, &String)> = sel.streams.iter().collect();
+            let json = serde_json::to_string(&pairs)
+                .map_err(|e| AnalyticsError::Permanent(format!("stream map: {e}")))?;
+            sql.push(
+                "WITH streams(src, stream_id) AS (SELECT json_extract(value, '$[0]'), \
+                 json_extract(value, '$[1]') FROM json_each(",
+            )
+            .str(&json)
+            .push(")) ");
+        }
+        sql.push("SELECT k, ")
+            .push(AGGREGATES)
+            .push(
+                " FROM (SELECT s.*, CASE WHEN s.startup_ms IS NOT NULL THEN ROW_NUMBER() \
+                 OVER (PARTITION BY s.k, s.startup_ms IS NULL ORDER BY s.startup_ms) - 1 END AS si, \
+                 COUNT(s.startup_ms) OVER (PARTITION BY s.k) AS sn FROM (SELECT ",
+            );
+        match group {
+            Group::All => {
+                sql.push("0");
+            }
+            Group::Bucket(w) => {
+                sql.push(&bucket_expr(D, *w));
+            }
+            Group::Dim(Dimension::StreamId) => {
+                sql.push("st.stream_id");
+            }
+            Group::Dim(dim) => D.push_value(&mut sql, dim),
+        }
+        sql.push(" AS k, ")
+            .push(AGGREGATED)
+            .push(" FROM qoe_views v ");
+        if by_stream {
+            sql.push("LEFT JOIN streams st ON st.src = v.src ");
+        }
+        sql.push("WHERE ");
+        push_selection(&mut sql, D, &sel);
+        sql.push(") s) GROUP BY k");
+        let rows = self.fetch(&sql).await?;
+        rows.iter()
+            .map(|r| {
+                let key = match group {
+                    Group::All => GroupKey::All,
+                    Group::Bucket(_) => GroupKey::Bucket(r.try_get(0)?),
+                    Group::Dim(_) => GroupKey::Value(r.try_get(0)?),
+                };
+                Ok((key, aggregate_from_row(r)?))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_err)
+    }
+
+    pub async fn views_page(
+        &self,
+        sel: Selection<'_>,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<View>, AnalyticsError> {
+        let mut sql = Sql::new(&format!("SELECT {VIEW_COLUMNS} FROM qoe_views v WHERE "));
+        push_selection(&mut sql, D, &sel);
+        if let Some(c) = cursor {
+            sql.push(" AND (v.started_at < ")
+                .int(c.started_at)
+                .push(" OR (v.started_at = ")
+                .int(c.started_at)
+                .push(" AND v.session_id > ")
+                .str(&c.session_id)
+                .push("))");
+        }
+        sql.push(" ORDER BY v.started_at DESC, v.session_id ASC LIMIT ")
+            .int(limit as i64 + 1);
+        let rows = self.fetch(&sql).await?;
+        let mut views: Vec<View> = rows
+            .iter()
+            .map(view_from_row)
+            .collect::<Result<_, _>>()
+            .map_err(map_err)?;
+        if views.is_empty() {
+            return Ok(views);
+        }
+        let mut sql = Sql::new("SELECT session_id, name, value FROM qoe_view_tags WHERE owner = ");
+        sql.str(sel.owner)
+            .push(" AND session_id IN ")
+            .list(views.iter().map(|v| v.session_id.as_str()));
+        let mut tags: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+        for r in self.fetch(&sql).await? {
+            let (s, k, v): (String, String, String) = (
+                r.try_get(0).map_err(map_err)?,
+                r.try_get(1).map_err(map_err)?,
+                r.try_get(2).map_err(map_err)?,
+            );
+            tags.entry(s).or_default().insert(k, v);
+        }
+        for v in &mut views {
+            if let Some(t) = tags.remove(&v.session_id) {
+                v.dims.tags = t;
+            }
+        }
+        Ok(views)
+    }
+
+    pub async fn sessions(
+        &self,
+        owner: &str,
+        limit: u32,
+    ) -> Result<Vec<SessionSummary>, AnalyticsError> {
+        let mut counts = String::new();
+        for t in EventType::ALL {
+            counts.push_str(&format!("SUM(type = '{}'), ", t.as_str()));
+        }
+        let sql = format!(
+            "SELECT session_id, MIN(ts), MAX(ts), COUNT(*), {counts}\
+             (SELECT s.content_id FROM telemetry_events s \
+               WHERE s.owner = e.owner AND s.session_id = e.session_id \
+                 AND s.type = 'playback_start' ORDER BY s.ts ASC LIMIT 1) \
+             FROM telemetry_events e WHERE owner = ? \
+             GROUP BY session_id ORDER BY MAX(ts) DESC, session_id ASC LIMIT ?"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(owner)
+            .bind(i64::from(limit))
+            .fetch_all(self.sink.pool())
+            .await
+            .map_err(map_err)?;
+        rows.iter()
+            .map(|r| {
+                let mut counts = [0u64; 8];
+                for (i, c) in counts.iter_mut().enumerate() {
+                    *c = r.try_get::<i64, _>(4 + i)? as u64;
+                }
+                Ok(SessionSummary {
+                    session_id: r.try_get(0)?,
+                    first_event_at: r.try_get(1)?,
+                    last_event_at: r.try_get(2)?,
+                    event_count: r.try_get::<i64, _>(3)? as u64,
+                    counts: TypeCounts(counts),
+                    content_id: r.try_get(12)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_err)
+    }
+
+    pub async fn session_events(
+        &self,
+        owner: &str,
+        session_id: &str,
+    ) -> Result<Vec<StoredEvent>, AnalyticsError> {
+        let rows = sqlx::query(
+            "SELECT ts, type, payload FROM telemetry_events \
+             WHERE owner = ? AND session_id = ? ORDER BY ts ASC, type ASC",
+        )
+        .bind(owner)
+        .bind(session_id)
+        .fetch_all(self.sink.pool())
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|r| {
+                let t: String = r.try_get(1).map_err(map_err)?;
+                let event_type = EventType::from_wire(&t).ok_or_else(|| {
+                    AnalyticsError::Permanent(format!("unknown stored event type {t:?}"))
+                })?;
+                Ok(StoredEvent {
+                    event_type,
+                    ts_ms: r.try_get(0).map_err(map_err)?,
+                    payload: r.try_get(2).map_err(map_err)?,
+                })
+            })
+            .collect()
+    }
+
+    // ---------------------------------------------------------------- refresher
+
+    /// One refresh step (see [`crate::refresh`]): every session with a record above the
+    /// watermark id is derived again; then the watermark moves to the highest id read.
+    pub async fn refresh_step(
+        &self,
+        state: &mut RefreshState,
+        cfg: &RefreshConfig,
+    ) -> Result<RefreshStats, AnalyticsError> {
+        let pool = self.sink.pool();
+        let watermark = match state.watermark {
+            Some(w) => w,
+            None => sqlx::query("SELECT value FROM qoe_refresh_state WHERE name = ?")
+                .bind(WATERMARK)
+                .fetch_optional(pool)
+                .await
+                .map_err(map_err)?
+                .map(|r| r.try_get::<i64, _>(0))
+                .transpose()
+                .map_err(map_err)?
+                .unwrap_or(0),
+        };
+        let top: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM view_batches")
+            .fetch_one(pool)
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(map_err)?;
+        let mut stats = RefreshStats::default();
+        if top <= watermark {
+            state.watermark = Some(watermark);
+            return Ok(stats);
+        }
+        let keys = sqlx::query(
+            "SELECT DISTINCT owner, session_id FROM view_batches \
+             WHERE id > ? AND id <= ? ORDER BY owner, session_id",
+        )
+        .bind(watermark)
+        .bind(top)
+        .fetch_all(pool)
+        .await
+        .map_err(map_err)?;
+        stats.candidates = keys.len();
+        let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for r in &keys {
+            by_owner
+                .entry(r.try_get(0).map_err(map_err)?)
+                .or_default()
+                .push(r.try_get(1).map_err(map_err)?);
+        }
+        for (owner, sessions) in &by_owner {
+            for chunk in sessions.chunks(cfg.chunk.clamp(1, 10_000)) {
+                self.refresh_chunk(owner, chunk, &mut stats).await?;
+            }
+        }
+        self.sink
+            .write_transaction(move |tx| {
+                tx.execute(
+                    "INSERT INTO qoe_refresh_state (name, value) VALUES (?1, ?2) \
+                     ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
+                    rusqlite::params![WATERMARK, top],
+                )
+                .map(|_| ())
+            })
+            .await?;
+        state.watermark = Some(top);
+        Ok(stats)
+    }
+
+    async fn refresh_chunk(
+        &self,
+        owner: &str,
+        sessions: &[String],
+        stats: &mut RefreshStats,
+    ) -> Result<(), AnalyticsError> {
+        let mut sql =
+            Sql::new("SELECT session_id, first_ts, id, dims FROM view_batches WHERE owner = ");
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().map(String::as_str));
+        let mut records: HashMap<String, Vec<BatchDims>> = HashMap::new();
+        for r in self.fetch(&sql).await? {
+            let session: String = r.try_get(0).map_err(map_err)?;
+            let first_ts: i64 = r.try_get(1).map_err(map_err)?;
+            let id: i64 = r.try_get(2).map_err(map_err)?;
+            let dims: String = r.try_get(3).map_err(map_err)?;
+            records
+                .entry(session)
+                .or_default()
+                .push(BatchDims::from_stored(first_ts, id as u64, &dims));
+        }
+        // Read after the records: every event of a record read is in it (one commit).
+        let mut sql = Sql::new(
+            "SELECT session_id, ts, type, CASE WHEN type IN ('playback_start', \
+             'quality_change', 'error', 'session_end') THEN payload ELSE '' END \
+             FROM telemetry_events WHERE owner = ",
+        );
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().map(String::as_str));
+        let mut events: HashMap<String, Vec<Event>> = HashMap::new();
+        for r in self.fetch(&sql).await? {
+            let session: String = r.try_get(0).map_err(map_err)?;
+            let ts: i64 = r.try_get(1).map_err(map_err)?;
+            let t: String = r.try_get(2).map_err(map_err)?;
+            let Some(t) = EventType::from_wire(&t) else {
+                continue;
+            };
+            let ev = if needs_payload(t) {
+                let payload: String = r.try_get(3).map_err(map_err)?;
+                Event::parse(ts, t, &payload)
+            } else {
+                Event::new(ts, t)
+            };
+            events.entry(session).or_default().push(ev);
+        }
+        let mut derived = Vec::with_capacity(sessions.len());
+        for session in sessions {
+            let Some(evs) = events.remove(session) else {
+                continue;
+            };
+            let dims = records.remove(session).unwrap_or_default();
+            if let Some(view) = View::derive(session, &evs, &dims) {
+                derived.push((view, dims.len() as u64, evs.len() as u64));
+            }
+        }
+        stats.derived += derived.len();
+        stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
+        if derived.is_empty() {
+            return Ok(());
+        }
+        let owner = owner.to_owned();
+        let now = now_ms();
+        self.sink
+            .write_transaction(move |tx| upsert_views(tx, &owner, &derived, now))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Upserts derived views and their tags; a stored row with a higher version (derived
+/// from more data) stays.
+fn upsert_views(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &str,
+    derived: &[(View, u64, u64)],
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    let mut stored =
+        tx.prepare_cached("SELECT version FROM qoe_views WHERE owner = ?1 AND session_id = ?2")?;
+    let mut upsert = tx.prepare_cached(UPSERT_VIEW)?;
+    let mut clear_tags =
+        tx.prepare_cached("DELETE FROM qoe_view_tags WHERE owner = ?1 AND session_id = ?2")?;
+    let mut add_tag = tx.prepare_cached(
+        "INSERT INTO qoe_view_tags (owner, session_id, name, value) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (v, batch_rows, event_rows) in derived {
+        let version = view_version(*batch_rows, *event_rows) as i64;
+        let current: Option<i64> = stored
+            .query_row(rusqlite::params![owner, v.session_id], |r| r.get(0))
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        if current.is_some_and(|c| c > version) {
+            continue;
+        }
+        let d = &v.dims;
+        upsert.execute(rusqlite::params![
+            owner,
+            v.session_id,
+            v.started_at,
+            v.ended_at,
+            v.started,
+            v.first_frame_at,
+            v.startup_ms,
+            v.failed,
+            v.failed_at,
+            v.startup_failure,
+            v.exit_before_start,
+            v.rebuffer_count,
+            v.rebuffer_ms,
+            v.paused_ms,
+            v.watch_time_ms,
+            v.bitrate_weighted_sum,
+            v.bitrate_covered_ms,
+            v.rendition_switches,
+            v.upshifts,
+            v.downshifts,
+            v.error_count,
+            v.fatal_error_code,
+            d.content_id,
+            d.src,
+            d.sdk,
+            d.player,
+            d.user_agent.browser,
+            d.user_agent.os,
+            d.user_agent.device_type,
+            *batch_rows as i64,
+            *event_rows as i64,
+            version,
+            now_ms,
+        ])?;
+        clear_tags.execute(rusqlite::params![owner, v.session_id])?;
+        for (name, value) in &d.tags {
+            add_tag.execute(rusqlite::params![owner, v.session_id, name, value])?;
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

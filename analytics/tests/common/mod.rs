@@ -1,0 +1,121 @@
+//! Shared helpers for the analytics integration tests: fresh stores on both engines (a
+//! temp SQLite file, a fresh ClickHouse database at `CLICKHOUSE_URL` named with
+//! `SW_TEST_PREFIX`, dropped at the end), and writing generated fleets through the real
+//! sinks.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use analytics::fleet::Fleet;
+use analytics::{Refresher, Store};
+use ingest::{ClickHouseConfig, ClickHouseSink, EventSink, SinkWrite, SqliteSink, UaCache};
+use rand::Rng;
+
+/// ClickHouse HTTP endpoint for tests (`CLICKHOUSE_URL`, default local server).
+pub fn clickhouse_url() -> String {
+    std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".to_owned())
+}
+
+/// A random database name under the run's prefix (`SW_TEST_PREFIX`, default `sw_test_`).
+pub fn random_database() -> String {
+    let n: u64 = rand::thread_rng().gen();
+    let prefix = std::env::var("SW_TEST_PREFIX").unwrap_or_else(|_| "sw_test_".to_owned());
+    format!("{prefix}qoe_{n:016x}")
+}
+
+/// One engine under test: the sink (write side), the store (read side) and what must
+/// live as long as them.
+pub struct Engine {
+    pub name: &'static str,
+    pub sink: Arc<dyn EventSink>,
+    pub store: Store,
+    pub database: Option<String>,
+    pub dir: Option<tempfile::TempDir>,
+}
+
+impl Engine {
+    /// A refresher over this engine's store.
+    pub fn refresher(&self) -> Refresher {
+        Refresher::new(self.store.clone())
+    }
+
+    /// Runs refresh steps until one finds nothing new (tests drive the refresher
+    /// explicitly; no sleeping).
+    pub async fn refresh(&self) {
+        let mut r = self.refresher();
+        r.step().await.expect("refresh step");
+    }
+
+    /// A raw ClickHouse client on this engine's database (ClickHouse only).
+    pub fn clickhouse(&self) -> clickhouse::Client {
+        clickhouse::Client::default()
+            .with_url(clickhouse_url())
+            .with_database(self.database.as_deref().expect("a ClickHouse engine"))
+            .with_validation(false)
+            .with_compression(clickhouse::Compression::None)
+    }
+
+    /// Drops the ClickHouse database (the temp dir removes itself).
+    pub async fn finish(self) {
+        if let Some(db) = &self.database {
+            let client = clickhouse::Client::default()
+                .with_url(clickhouse_url())
+                .with_compression(clickhouse::Compression::None);
+            let _ = client
+                .query(&format!("DROP DATABASE IF EXISTS {db}"))
+                .execute()
+                .await;
+        }
+    }
+}
+
+/// A fresh SQLite engine in a temp dir.
+pub async fn sqlite() -> Engine {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SqliteSink::open_in_dir(dir.path())
+        .await
+        .expect("open sqlite sink");
+    Engine {
+        name: "sqlite",
+        store: Store::sqlite(sink.clone()),
+        sink: Arc::new(sink),
+        database: None,
+        dir: Some(dir),
+    }
+}
+
+/// A fresh ClickHouse engine (new database).
+pub async fn clickhouse() -> Engine {
+    let config = ClickHouseConfig::new(clickhouse_url(), random_database());
+    let sink = ClickHouseSink::connect(&config).await.expect(
+        "connect to ClickHouse (start it with ingest/scripts/start-clickhouse.sh or set CLICKHOUSE_URL)",
+    );
+    Engine {
+        name: "clickhouse",
+        store: Store::clickhouse(config.client()),
+        sink: Arc::new(sink),
+        database: Some(config.database),
+        dir: None,
+    }
+}
+
+/// Both engines.
+pub async fn both() -> Vec<Engine> {
+    vec![sqlite().await, clickhouse().await]
+}
+
+/// Writes `fleet` for `owner` through `sink`, in fleet order, `per_write` batches per
+/// sink write (as the group-commit writer gathers them), each batch's `User-Agent`
+/// classified as the ingest route does.
+pub async fn write_fleet(sink: &Arc<dyn EventSink>, owner: &str, fleet: &Fleet, per_write: usize) {
+    let ua = UaCache::default();
+    for chunk in fleet.batches.chunks(per_write.max(1)) {
+        let mut write = SinkWrite::default();
+        for b in chunk {
+            let (rows, record) = b.to_write(owner, ua.classify(b.user_agent.as_deref()));
+            write.rows.extend(rows);
+            write.batches.push(record);
+        }
+        sink.write(write).await.expect("write fleet");
+    }
+}

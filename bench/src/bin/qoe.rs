@@ -1,0 +1,485 @@
+//! QoE store benchmark (issue 11; results in docs/benchmarks.md).
+//!
+//! `qoe routes`: generates a realistic fleet (`analytics::fleet`, 10,000 contents, Zipf),
+//! writes it straight into a store through the sink (10,000-row writes, records included),
+//! runs the refresher once over everything (timed), then times each QoE route many times
+//! and prints p50 / p95 / p99 per route.
+//!
+//! `qoe ingest`: the writer + sink flat out with realistic SDK batches (rows and records
+//! through `WriterHandle::submit_batch`), with or without the refresher running every
+//! `--every`, for the "ingest with rollups ≥ 85 % of without" figure; with `--rate` it runs
+//! open loop at that rate and measures freshness: the time from a batch's acknowledgement
+//! until its view is visible through `Store::overview` (p50 / p95 / p99).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use analytics::fleet::{Fleet, FleetConfig};
+use analytics::query::{
+    BreakdownQuery, Dimension, Filters, Format, Granularity, Measurement, Metric, OrderBy,
+    OverviewQuery, StreamIds, TimeRange, TimelineQuery, TimeseriesQuery, ViewsQuery, DAY_MS,
+};
+use analytics::{Refresher, Store};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use ingest::{EventSink, SinkWrite, UaCache};
+
+#[derive(Parser, Debug)]
+#[command(about = "streamwatch QoE store benchmark")]
+struct Cli {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Load a fleet, refresh, time every route.
+    Routes(RoutesArgs),
+    /// Ingest through the writer with or without the refresher; freshness at a rate.
+    Ingest(IngestArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum EngineArg {
+    Clickhouse,
+    Sqlite,
+}
+
+#[derive(Parser, Debug)]
+struct StoreArgs {
+    #[arg(long, value_enum, default_value = "clickhouse")]
+    engine: EngineArg,
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    clickhouse_url: String,
+    /// ClickHouse database (created when missing).
+    #[arg(long, default_value = "qoe_bench")]
+    database: String,
+    /// Directory of the SQLite file.
+    #[arg(long, default_value = "/tmp/qoe-bench-sqlite")]
+    data_dir: std::path::PathBuf,
+}
+
+#[derive(Parser, Debug)]
+struct RoutesArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Views to generate (0: reuse what the store holds).
+    #[arg(long, default_value_t = 200_000)]
+    views: usize,
+    /// Days the views start over (ending at the range the routes read).
+    #[arg(long, default_value_t = 7)]
+    days: i64,
+    /// Distinct contents.
+    #[arg(long, default_value_t = 10_000)]
+    contents: usize,
+    /// Views generated per chunk (memory bound).
+    #[arg(long, default_value_t = 20_000)]
+    chunk: usize,
+    /// Timed runs per route.
+    #[arg(long, default_value_t = 30)]
+    runs: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Parser, Debug)]
+struct IngestArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Run the refresher during the run.
+    #[arg(long)]
+    rollups: bool,
+    /// Refresh interval.
+    #[arg(long, default_value_t = 10.0)]
+    every: f64,
+    /// Duration (s).
+    #[arg(long, default_value_t = 20.0)]
+    duration: f64,
+    /// Concurrent submitters.
+    #[arg(long, default_value_t = 256)]
+    submitters: usize,
+    /// Open loop at this many events/s (freshness); flat out when absent.
+    #[arg(long)]
+    rate: Option<f64>,
+}
+
+const OWNER: &str = "bench-owner";
+/// 2024-05-01T00:00:00.000Z
+const START: i64 = 1_714_521_600_000;
+
+async fn open(a: &StoreArgs) -> Result<(Arc<dyn EventSink>, Store)> {
+    match a.engine {
+        EngineArg::Clickhouse => {
+            let config = ingest::ClickHouseConfig::new(&a.clickhouse_url, &a.database);
+            let sink = ingest::ClickHouseSink::connect(&config)
+                .await
+                .context("clickhouse")?;
+            Ok((Arc::new(sink), Store::clickhouse(config.client())))
+        }
+        EngineArg::Sqlite => {
+            let sink = ingest::SqliteSink::open_in_dir(&a.data_dir)
+                .await
+                .context("sqlite")?;
+            Ok((Arc::new(sink.clone()), Store::sqlite(sink)))
+        }
+    }
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn summary(name: &str, mut ms: Vec<f64>) -> String {
+    ms.sort_by(f64::total_cmp);
+    format!(
+        "{name:<34} p50 {:>8.1} ms  p95 {:>8.1} ms  p99 {:>8.1} ms  (n={})",
+        pct(&ms, 0.5),
+        pct(&ms, 0.95),
+        pct(&ms, 0.99),
+        ms.len()
+    )
+}
+
+async fn load(sink: &Arc<dyn EventSink>, a: &RoutesArgs) -> Result<(usize, usize)> {
+    let ua = UaCache::default();
+    let (mut events, mut batches) = (0usize, 0usize);
+    let chunks = a.views.div_ceil(a.chunk.max(1));
+    let t = Instant::now();
+    let mut inflight: Vec<tokio::task::JoinHandle<Result<(), ingest::SinkError>>> = Vec::new();
+    for c in 0..chunks {
+        let n = a.chunk.min(a.views - c * a.chunk);
+        let cfg = FleetConfig {
+            contents: a.contents,
+            start_ms: START,
+            span_ms: a.days * DAY_MS,
+            ..FleetConfig::realistic(a.seed * 1_000_003 + c as u64, n)
+        };
+        let fleet = Fleet::generate(&cfg);
+        let mut write = SinkWrite::default();
+        for b in &fleet.batches {
+            let (rows, record) = b.to_write(OWNER, ua.classify(b.user_agent.as_deref()));
+            events += rows.len();
+            batches += 1;
+            write.rows.extend(rows);
+            write.batches.push(record);
+            if write.rows.len() >= 10_000 {
+                let w = std::mem::take(&mut write);
+                let s = sink.clone();
+                inflight.push(tokio::spawn(async move { s.write(w).await }));
+                if inflight.len() >= 2 {
+                    inflight.remove(0).await??;
+                }
+            }
+        }
+        if !write.is_empty() {
+            let s = sink.clone();
+            inflight.push(tokio::spawn(async move { s.write(write).await }));
+        }
+        eprintln!(
+            "chunk {}/{chunks}: {events} events, {batches} batches, {:.0} s",
+            c + 1,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    for h in inflight {
+        h.await??;
+    }
+    Ok((events, batches))
+}
+
+async fn routes(a: RoutesArgs) -> Result<()> {
+    let (sink, store) = open(&a.store).await?;
+    if a.views > 0 {
+        let t = Instant::now();
+        let (events, batches) = load(&sink, &a).await?;
+        println!(
+            "loaded {} views, {events} events, {batches} batches in {:.1} s",
+            a.views,
+            t.elapsed().as_secs_f64()
+        );
+        let t = Instant::now();
+        let mut r = Refresher::new(store.clone());
+        let stats = r.step().await?;
+        println!(
+            "refresh: {} views derived from {} events in {:.1} s",
+            stats.derived,
+            stats.events,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    if a.store.engine == EngineArg::Clickhouse {
+        // What background merges reach on a table at rest; FINAL is cheapest on merged parts.
+        let client =
+            ingest::ClickHouseConfig::new(&a.store.clickhouse_url, &a.store.database).client();
+        let t = Instant::now();
+        client
+            .query("OPTIMIZE TABLE qoe_views FINAL")
+            .execute()
+            .await?;
+        println!("optimize qoe_views: {:.1} s", t.elapsed().as_secs_f64());
+    }
+    let end = START + a.days * DAY_MS;
+    let day = TimeRange {
+        from_ms: end - DAY_MS,
+        to_ms: end,
+    };
+    let week = TimeRange {
+        from_ms: end - 7 * DAY_MS,
+        to_ms: end,
+    };
+    let streams: StreamIds = (0..a.contents)
+        .filter(|r| r % 10 == 3)
+        .map(|r| {
+            (
+                format!("https://live.example.com/channel-{r}/index.m3u8"),
+                format!("st_{r}"),
+            )
+        })
+        .collect();
+    let src = "https://live.example.com/channel-3/index.m3u8";
+    let mut lines = Vec::new();
+    macro_rules! time {
+        ($name:expr, $call:expr) => {{
+            let mut ms = Vec::with_capacity(a.runs);
+            let _ = $call.await?; // warm-up
+            for _ in 0..a.runs {
+                let t = Instant::now();
+                let _ = $call.await?;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            let line = summary($name, ms);
+            println!("{line}");
+            lines.push(line);
+        }};
+    }
+    let ov = OverviewQuery {
+        range: day,
+        filters: Filters::default(),
+    };
+    time!("overview 24h", store.overview(OWNER, &ov, &streams));
+    let ov7 = OverviewQuery {
+        range: week,
+        filters: Filters::default(),
+    };
+    time!("overview 7d", store.overview(OWNER, &ov7, &streams));
+    let ts = TimeseriesQuery {
+        range: week,
+        filters: Filters::default(),
+        metric: Metric::RebufferPct,
+        measurement: Measurement::P50,
+        granularity: Granularity::Hour,
+        format: Format::Json,
+    };
+    time!(
+        "timeseries 7d by hour",
+        store.timeseries(OWNER, &ts, &streams)
+    );
+    let ts_startup = TimeseriesQuery {
+        metric: Metric::StartupTimeMs,
+        measurement: Measurement::P95,
+        ..ts.clone()
+    };
+    time!(
+        "timeseries 7d by hour startup p95",
+        store.timeseries(OWNER, &ts_startup, &streams)
+    );
+    for (label, range) in [("24h", day), ("7d", week)] {
+        let bd = BreakdownQuery {
+            range,
+            filters: Filters::default(),
+            metric: Metric::PlaybackFailurePct,
+            measurement: Measurement::P50,
+            by: Dimension::ContentId,
+            order_by: OrderBy::NegativeImpact,
+            limit: 25,
+            format: Format::Json,
+        };
+        time!(
+            &format!("breakdown contentId {label}"),
+            store.breakdown(OWNER, &bd, &streams)
+        );
+    }
+    let vq = ViewsQuery {
+        range: day,
+        filters: Filters::default(),
+        limit: 50,
+        cursor: None,
+        format: Format::Json,
+    };
+    time!("views 24h first page", store.views(OWNER, &vq, &streams));
+    let tl = TimelineQuery {
+        range: day,
+        filters: Filters::default(),
+        granularity: Granularity::Hour,
+    };
+    time!(
+        "timeline viewers 24h",
+        store.timeline_viewers(OWNER, src, &tl, &streams)
+    );
+    println!(
+        "summary ({}, {} cores, load {}):",
+        match a.store.engine {
+            EngineArg::Clickhouse => "clickhouse",
+            EngineArg::Sqlite => "sqlite",
+        },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    for l in lines {
+        println!("  {l}");
+    }
+    Ok(())
+}
+
+/// Realistic batches for the ingest run (one fleet, reused with fresh session ids).
+fn ingest_batches() -> Vec<analytics::fleet::GenBatch> {
+    let cfg = FleetConfig {
+        contents: 10_000,
+        ..FleetConfig::realistic(99, 4_000)
+    };
+    Fleet::generate(&cfg).batches
+}
+
+async fn ingest(a: IngestArgs) -> Result<()> {
+    let (sink, store) = open(&a.store).await?;
+    let writer = ingest::BatchWriter::spawn(sink.clone(), ingest::WriterConfig::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let refresher = a.rollups.then(|| {
+        tokio::spawn(analytics::refresh::run(
+            store.clone(),
+            Duration::from_secs_f64(a.every),
+            stop_rx,
+        ))
+    });
+    let batches = Arc::new(ingest_batches());
+    let ua = UaCache::default();
+    let deadline = Instant::now() + Duration::from_secs_f64(a.duration);
+    let start = Instant::now();
+    let run_id: u32 = std::process::id();
+    let per_submitter_rate = a.rate.map(|r| r / a.submitters as f64);
+    let stride = a.submitters.max(1);
+    let mut tasks = Vec::new();
+    for w in 0..a.submitters {
+        let h = writer.handle();
+        let batches = batches.clone();
+        let ua = ua.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut events = 0u64;
+            let mut acked: Vec<(String, Instant)> = Vec::new();
+            let mut i = w;
+            let mut next = Instant::now();
+            while Instant::now() < deadline {
+                let b = &batches[i % batches.len()];
+                // A fresh session per pass over the fleet, so nothing dedups away.
+                let pass = i / batches.len();
+                let mut b = b.clone();
+                b.session_id = format!("{}-r{run_id}-p{pass}", b.session_id);
+                let (rows, record) = b.to_write(OWNER, ua.classify(b.user_agent.as_deref()));
+                let n = rows.len() as u64;
+                if let Some(r) = per_submitter_rate {
+                    next += Duration::from_secs_f64(n as f64 / r);
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                if h.submit_batch(rows, record).await.is_ok() {
+                    events += n;
+                    if per_submitter_rate.is_some() && i % 50 == 0 {
+                        acked.push((b.session_id.clone(), Instant::now()));
+                    }
+                }
+                i += stride;
+            }
+            (events, acked)
+        }));
+    }
+    let mut events = 0;
+    let mut acked = Vec::new();
+    for t in tasks {
+        let (e, s) = t.await?;
+        events += e;
+        acked.extend(s);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "ingest: {events} events in {secs:.1} s = {:.0} events/s (rollups {})",
+        events as f64 / secs,
+        a.rollups
+    );
+    if a.rate.is_some() && a.rollups {
+        // Freshness: poll the views until each sampled acknowledged session shows.
+        let mut lat = Vec::new();
+        let horizon = Instant::now() + Duration::from_secs(60);
+        let mut pending = acked;
+        while !pending.is_empty() && Instant::now() < horizon {
+            let mut still = Vec::new();
+            for (session, at) in pending {
+                if visible(&a.store, &session).await? {
+                    lat.push(at.elapsed().as_secs_f64() * 1000.0);
+                } else {
+                    still.push((session, at));
+                }
+            }
+            pending = still;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!("{}", summary("freshness ack → visible", lat));
+    }
+    let _ = stop_tx.send(true);
+    if let Some(r) = refresher {
+        r.await?;
+    }
+    writer.shutdown().await;
+    Ok(())
+}
+
+/// True once `session` has a row in `qoe_views` (what the views list reads).
+async fn visible(a: &StoreArgs, session: &str) -> Result<bool> {
+    match a.engine {
+        EngineArg::Clickhouse => {
+            #[derive(clickhouse::Row, serde::Deserialize)]
+            struct N {
+                n: u64,
+            }
+            let c = ingest::ClickHouseConfig::new(&a.clickhouse_url, &a.database).client();
+            let n = c
+                .query("SELECT count() AS n FROM qoe_views WHERE owner = ? AND session_id = ?")
+                .bind(OWNER)
+                .bind(session)
+                .fetch_one::<N>()
+                .await?
+                .n;
+            Ok(n > 0)
+        }
+        EngineArg::Sqlite => {
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(
+                    sqlx::sqlite::SqliteConnectOptions::new()
+                        .filename(a.data_dir.join("telemetry.db"))
+                        .read_only(true),
+                )
+                .await?;
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM qoe_views WHERE owner = ? AND session_id = ?",
+            )
+            .bind(OWNER)
+            .bind(session)
+            .fetch_one(&pool)
+            .await?;
+            pool.close().await;
+            Ok(n > 0)
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().mode {
+        Mode::Routes(a) => routes(a).await,
+        Mode::Ingest(a) => ingest(a).await,
+    }
+}

@@ -1,0 +1,252 @@
+//! Channels: create (the webhook secret shown once), list, change, delete, rotate the secret,
+//! send a test. Every target URL passes the SSRF guard here and again at every send.
+
+use super::model::{Channel, CHANNEL_COLUMNS};
+use super::{invalid, new_webhook_secret, outbox, AlertError, Alerts};
+use crate::db::Engine;
+use crate::ssrf::GuardError;
+use crate::states::{ChannelType, DeliveryEvent};
+use crate::time::{new_id, now_ms};
+
+/// PagerDuty's Events API v2 endpoint: the default `url` of a `pagerduty` channel.
+pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+/// Default and bounds of `groupWindow`.
+pub const GROUP_WINDOW_DEFAULT_MS: i64 = 30_000;
+pub const GROUP_WINDOW_MAX_MS: i64 = 600_000;
+/// How long a rotated-out webhook secret keeps signing.
+pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
+/// Message of a `url` that is not an absolute http(s) URL.
+pub const MSG_INVALID_URL: &str = "Must be a valid URL";
+
+/// A channel to create (body already parsed).
+#[derive(Clone, Debug, Default)]
+pub struct NewChannel {
+    pub name: String,
+    pub kind: Option<ChannelType>,
+    pub url: Option<String>,
+    pub routing_key: Option<String>,
+    pub group_window_ms: Option<i64>,
+}
+
+/// A PATCH of a channel: the fields to change.
+#[derive(Clone, Debug, Default)]
+pub struct ChannelChange {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub routing_key: Option<String>,
+    pub group_window_ms: Option<i64>,
+    pub enabled: Option<bool>,
+}
+
+/// A channel just created, with its secret (webhook only) in the clear this once.
+pub struct Created {
+    pub channel: Channel,
+    pub secret: Option<String>,
+}
+
+/// The last four characters of a routing key, as reads show it.
+fn last4(key: &str) -> String {
+    let chars: Vec<char> = key.chars().collect();
+    chars[chars.len().saturating_sub(4)..].iter().collect()
+}
+
+impl Alerts {
+    /// The guard's verdict on a target, as the field message of `url`.
+    async fn check_target(&self, url: &str) -> Result<(), AlertError> {
+        match self.guard.check_url(url).await {
+            Ok(_) => Ok(()),
+            Err(GuardError::InvalidUrl) => Err(invalid("url", MSG_INVALID_URL)),
+            Err(e) => Err(invalid("url", e.to_string())),
+        }
+    }
+
+    pub async fn create_channel(
+        &self,
+        user_id: &str,
+        new: &NewChannel,
+    ) -> Result<Created, AlertError> {
+        let kind = new.kind.ok_or_else(|| invalid("type", "Required"))?;
+        let url = match (kind, new.url.as_deref()) {
+            (_, Some(u)) => u.to_owned(),
+            (ChannelType::Pagerduty, None) => PAGERDUTY_URL.to_owned(),
+            (_, None) => return Err(invalid("url", "Required")),
+        };
+        let routing_key = match (kind, new.routing_key.as_deref()) {
+            (ChannelType::Pagerduty, Some(k)) => Some(k),
+            (ChannelType::Pagerduty, None) => return Err(invalid("routingKey", "Required")),
+            (_, Some(_)) => {
+                return Err(invalid(
+                    "routingKey",
+                    "Only pagerduty channels have a routing key",
+                ))
+            }
+            (_, None) => None,
+        };
+        self.check_target(&url).await?;
+        let secret = (kind == ChannelType::Webhook).then(new_webhook_secret);
+        let id = new_id();
+        sqlx::query(
+            "INSERT INTO alert_channels (id, user_id, name, type, url, routing_key_sealed, \
+                 routing_key_last4, secret_sealed, group_window_ms, enabled, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10)",
+        )
+        .bind(&id)
+        .bind(user_id)
+        .bind(&new.name)
+        .bind(kind.as_str())
+        .bind(&url)
+        .bind(routing_key.map(|k| self.sealer.seal(k)))
+        .bind(routing_key.map(last4))
+        .bind(secret.as_deref().map(|s| self.sealer.seal(s)))
+        .bind(new.group_window_ms.unwrap_or(GROUP_WINDOW_DEFAULT_MS))
+        .bind(now_ms())
+        .execute(&self.db.pool)
+        .await?;
+        Ok(Created {
+            channel: self.channel(user_id, &id).await?,
+            secret,
+        })
+    }
+
+    /// The caller's channels, newest first.
+    pub async fn channels(&self, user_id: &str) -> Result<Vec<Channel>, AlertError> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {CHANNEL_COLUMNS} FROM alert_channels WHERE user_id = $1 \
+             ORDER BY created_at DESC, seq DESC"
+        ))
+        .bind(user_id)
+        .fetch_all(&self.db.pool)
+        .await?)
+    }
+
+    /// One of the caller's channels.
+    pub async fn channel(&self, user_id: &str, id: &str) -> Result<Channel, AlertError> {
+        sqlx::query_as(&format!(
+            "SELECT {CHANNEL_COLUMNS} FROM alert_channels WHERE id = $1 AND user_id = $2"
+        ))
+        .bind(id)
+        .bind(user_id)
+        .fetch_optional(&self.db.pool)
+        .await?
+        .ok_or(AlertError::NotFound)
+    }
+
+    pub async fn update_channel(
+        &self,
+        user_id: &str,
+        id: &str,
+        change: &ChannelChange,
+    ) -> Result<Channel, AlertError> {
+        let current = self.channel(user_id, id).await?;
+        if let Some(url) = &change.url {
+            self.check_target(url).await?;
+        }
+        if change.routing_key.is_some() && current.kind != ChannelType::Pagerduty {
+            return Err(invalid(
+                "routingKey",
+                "Only pagerduty channels have a routing key",
+            ));
+        }
+        let routing_key = change.routing_key.as_deref();
+        // `enabled: true` clears the reason it was disabled.
+        sqlx::query(
+            "UPDATE alert_channels SET name = COALESCE($1, name), url = COALESCE($2, url), \
+                 routing_key_sealed = COALESCE($3, routing_key_sealed), \
+                 routing_key_last4 = COALESCE($4, routing_key_last4), \
+                 group_window_ms = COALESCE($5, group_window_ms), \
+                 enabled = COALESCE($6, enabled), \
+                 disabled_reason = CASE WHEN $6 = 1 THEN NULL ELSE disabled_reason END \
+             WHERE id = $7 AND user_id = $8",
+        )
+        .bind(change.name.as_deref())
+        .bind(change.url.as_deref())
+        .bind(routing_key.map(|k| self.sealer.seal(k)))
+        .bind(routing_key.map(last4))
+        .bind(change.group_window_ms)
+        .bind(change.enabled.map(i64::from))
+        .bind(id)
+        .bind(user_id)
+        .execute(&self.db.pool)
+        .await?;
+        if change.enabled == Some(false) {
+            outbox::kill_pending(&self.db, id, "channel disabled").await?;
+        }
+        self.channel(user_id, id).await
+    }
+
+    /// Deletes a channel; its pending deliveries become `dead` (the log keeps them).
+    pub async fn delete_channel(&self, user_id: &str, id: &str) -> Result<(), AlertError> {
+        let done = sqlx::query("DELETE FROM alert_channels WHERE id = $1 AND user_id = $2")
+            .bind(id)
+            .bind(user_id)
+            .execute(&self.db.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(AlertError::NotFound);
+        }
+        outbox::kill_pending(&self.db, id, "channel deleted").await?;
+        Ok(())
+    }
+
+    /// A new signing secret for a webhook channel; the old one keeps signing (second
+    /// signature) for 24 hours, so receivers can switch without losing a message.
+    pub async fn rotate_secret(&self, user_id: &str, id: &str) -> Result<String, AlertError> {
+        let current = self.channel(user_id, id).await?;
+        if current.kind != ChannelType::Webhook {
+            return Err(invalid(
+                "type",
+                "Only webhook channels have a signing secret",
+            ));
+        }
+        let secret = new_webhook_secret();
+        let now = now_ms();
+        sqlx::query(
+            "UPDATE alert_channels SET previous_secret_sealed = secret_sealed, \
+                 previous_secret_until = $1, secret_sealed = $2 WHERE id = $3 AND user_id = $4",
+        )
+        .bind(now + ROTATION_OVERLAP_MS)
+        .bind(self.sealer.seal(&secret))
+        .bind(id)
+        .bind(user_id)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(secret)
+    }
+
+    /// Queues a `test` delivery to the channel, due at once.
+    pub async fn test_channel(
+        &self,
+        user_id: &str,
+        id: &str,
+    ) -> Result<super::Delivery, AlertError> {
+        let channel = self.channel(user_id, id).await?;
+        let mut tx = self.db.pool.begin().await?;
+        let delivery_id = outbox::create(
+            &mut tx,
+            user_id,
+            &channel.id,
+            DeliveryEvent::Test,
+            &[],
+            now_ms(),
+            0,
+        )
+        .await?;
+        tx.commit().await?;
+        self.wake_sender();
+        self.delivery(user_id, &delivery_id).await
+    }
+
+    /// The engine of the store (SQLite serialises writers; PostgreSQL needs row locks).
+    pub(crate) fn engine(&self) -> Engine {
+        self.db.engine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn last4_of_short_and_long_keys() {
+        assert_eq!(super::last4("R0123456789abcdef"), "cdef");
+        assert_eq!(super::last4("ab"), "ab");
+    }
+}

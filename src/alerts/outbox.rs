@@ -1,0 +1,463 @@
+//! The delivery outbox. A transition writes its notifications here in its own transaction;
+//! notifications of one channel and one event that arise within the channel's `groupWindow`
+//! share one delivery (at most [`GROUP_MAX`] incidents). A worker claims due deliveries with a
+//! lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so instances claim disjoint sets), freezes the
+//! body at the first attempt and records every attempt; a crash mid-attempt leaves the lease to
+//! expire and the delivery is sent again, same body, same `webhook-id`.
+
+use sqlx::AnyConnection;
+
+use super::model::{Delivery, DELIVERY_COLUMNS};
+use super::{new_webhook_id, AlertError, Alerts};
+use crate::db::{Db, DbError, Engine};
+use crate::states::{DeliveryEvent, DeliveryStatus};
+use crate::time::{new_id, now_ms};
+
+/// Incidents listed in one delivery at most (alerts.md §3).
+pub const GROUP_MAX: i64 = 1000;
+/// Delays before the retries of a failed attempt (alerts.md §3); after the last, `dead`.
+pub const RETRY_SCHEDULE_MS: [i64; 7] = [
+    5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 86_400_000,
+];
+
+/// Creates a delivery of `event` to a channel, listing `incident_ids`, due after the group
+/// window. Returns its id.
+pub async fn create(
+    tx: &mut AnyConnection,
+    user_id: &str,
+    channel_id: &str,
+    event: DeliveryEvent,
+    incident_ids: &[&str],
+    now: i64,
+    group_window_ms: i64,
+) -> Result<String, DbError> {
+    let id = new_id();
+    let due = now + group_window_ms;
+    sqlx::query(
+        "INSERT INTO alert_deliveries (id, user_id, channel_id, event, webhook_id, status, attempts, \
+             next_attempt_at, group_until, incident_count, created_at) \
+         VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $6, $7, $8)",
+    )
+    .bind(&id)
+    .bind(user_id)
+    .bind(channel_id)
+    .bind(event.as_str())
+    .bind(new_webhook_id())
+    .bind(due)
+    .bind(incident_ids.len() as i64)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    for (i, incident) in incident_ids.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO alert_delivery_incidents (delivery_id, incident_id, position) VALUES ($1, $2, $3)",
+        )
+        .bind(&id)
+        .bind(*incident)
+        .bind(i as i64)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(id)
+}
+
+/// Notifies `event` of one incident on every enabled channel of its rule, in the caller's
+/// transaction (the transition's): joins an open group of the channel when there is one.
+pub async fn notify(
+    tx: &mut AnyConnection,
+    engine: Engine,
+    rule_id: &str,
+    incident_id: &str,
+    event: DeliveryEvent,
+    now: i64,
+) -> Result<(), DbError> {
+    let channels: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT c.id, c.user_id, c.group_window_ms FROM alert_rule_channels rc \
+         JOIN alert_channels c ON c.id = rc.channel_id \
+         WHERE rc.rule_id = $1 AND c.enabled = 1",
+    )
+    .bind(rule_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (channel_id, user_id, window) in channels {
+        // An open group: still gathering (its window not over, body not frozen) and not full.
+        // On PostgreSQL the row is locked, so the claim that freezes it waits for this append.
+        let lock = if engine == Engine::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let open: Option<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT id, incident_count FROM alert_deliveries \
+             WHERE channel_id = $1 AND event = $2 AND status = 'pending' AND body IS NULL \
+               AND group_until > $3 AND incident_count < $4 \
+             ORDER BY created_at LIMIT 1{lock}"
+        ))
+        .bind(&channel_id)
+        .bind(event.as_str())
+        .bind(now)
+        .bind(GROUP_MAX)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match open {
+            Some((delivery_id, position)) => {
+                sqlx::query(
+                    "INSERT INTO alert_delivery_incidents (delivery_id, incident_id, position) \
+                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                )
+                .bind(&delivery_id)
+                .bind(incident_id)
+                .bind(position)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE alert_deliveries SET incident_count = incident_count + 1 WHERE id = $1",
+                )
+                .bind(&delivery_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                create(
+                    tx,
+                    &user_id,
+                    &channel_id,
+                    event,
+                    &[incident_id],
+                    now,
+                    window,
+                )
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every pending delivery of a channel becomes `dead` (channel disabled or deleted).
+pub async fn kill_pending(db: &Db, channel_id: &str, why: &str) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE alert_deliveries SET status = 'dead', next_attempt_at = NULL, \
+             last_error = COALESCE(last_error, $2) \
+         WHERE channel_id = $1 AND status = 'pending'",
+    )
+    .bind(channel_id)
+    .bind(why)
+    .execute(&db.pool)
+    .await?;
+    Ok(())
+}
+
+/// A delivery claimed for one attempt: what the sender needs.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Claimed {
+    pub id: String,
+    pub channel_id: String,
+    pub webhook_id: String,
+    pub attempts: i64,
+    pub body: Option<String>,
+}
+
+/// Leases up to `limit` due deliveries of enabled channels until `lease_until`, oldest due
+/// first. The caller freezes a body that is still `None` ([`freeze`]).
+pub async fn claim(
+    db: &Db,
+    now: i64,
+    lease_until: i64,
+    limit: i64,
+) -> Result<Vec<Claimed>, DbError> {
+    let lock = if db.engine == Engine::Postgres {
+        " FOR UPDATE OF d SKIP LOCKED"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "UPDATE alert_deliveries SET lease_until = $2 WHERE id IN ( \
+             SELECT d.id FROM alert_deliveries d JOIN alert_channels c ON c.id = d.channel_id \
+             WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND d.lease_until <= $1 \
+               AND c.enabled = 1 \
+             ORDER BY d.next_attempt_at LIMIT $3{lock}) \
+         RETURNING id, channel_id, webhook_id, attempts, body"
+    );
+    Ok(sqlx::query_as(&sql)
+        .bind(now)
+        .bind(lease_until)
+        .bind(limit)
+        .fetch_all(&db.pool)
+        .await?)
+}
+
+/// Stores the body of a claimed delivery's first attempt, unless one is already stored (a
+/// crash after freezing): returns the body every attempt sends.
+pub async fn freeze(db: &Db, delivery_id: &str, body: &str) -> Result<String, DbError> {
+    sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2 AND body IS NULL")
+        .bind(body)
+        .bind(delivery_id)
+        .execute(&db.pool)
+        .await?;
+    let (stored,): (Option<String>,) =
+        sqlx::query_as("SELECT body FROM alert_deliveries WHERE id = $1")
+            .bind(delivery_id)
+            .fetch_one(&db.pool)
+            .await?;
+    Ok(stored.unwrap_or_else(|| body.to_owned()))
+}
+
+/// The incidents of a delivery, in the order they joined it.
+pub async fn incident_ids(db: &Db, delivery_id: &str) -> Result<Vec<String>, DbError> {
+    let rows: Vec<(String,)> = sqlx::query_as(
+        "SELECT incident_id FROM alert_delivery_incidents WHERE delivery_id = $1 ORDER BY position, incident_id",
+    )
+    .bind(delivery_id)
+    .fetch_all(&db.pool)
+    .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// The outcome of one attempt, as the sender saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// 2xx.
+    Sent { status: u16 },
+    /// 410: the channel is disabled.
+    Gone,
+    /// 429, 5xx or a network error: retried; `retry_after_ms` from the answer's header.
+    Retry {
+        status: Option<u16>,
+        error: Option<String>,
+        retry_after_ms: Option<i64>,
+    },
+    /// Any other 4xx, or a target the guard refuses: not retried.
+    Failed { status: Option<u16>, error: String },
+}
+
+/// The delay before the retry that follows attempt number `attempts` (1-based), with ±10 %
+/// jitter (`jitter` in [-1, 1]); a longer `Retry-After` replaces it, unjittered. `None` once
+/// the schedule is spent.
+pub fn retry_delay(attempts: i64, jitter: f64, retry_after_ms: Option<i64>) -> Option<i64> {
+    let base = *RETRY_SCHEDULE_MS.get(usize::try_from(attempts - 1).ok()?)?;
+    let jittered = (base as f64 * (1.0 + 0.1 * jitter.clamp(-1.0, 1.0))).round() as i64;
+    Some(match retry_after_ms {
+        Some(floor) if floor > jittered => floor,
+        _ => jittered,
+    })
+}
+
+/// Records an attempt and moves the delivery on: sent, failed, dead, or pending again with
+/// its next attempt. A 410 also disables the channel and kills its pending deliveries.
+pub async fn record(
+    db: &Db,
+    claimed: &Claimed,
+    outcome: &Outcome,
+    latency_ms: i64,
+    now: i64,
+    jitter: f64,
+) -> Result<(), DbError> {
+    let attempt = claimed.attempts + 1;
+    let (status, code, error, next): (DeliveryStatus, Option<u16>, Option<String>, Option<i64>) =
+        match outcome {
+            Outcome::Sent { status } => (DeliveryStatus::Sent, Some(*status), None, None),
+            Outcome::Gone => (
+                DeliveryStatus::Dead,
+                Some(410),
+                Some("receiver answered 410 Gone".into()),
+                None,
+            ),
+            Outcome::Failed { status, error } => {
+                (DeliveryStatus::Failed, *status, Some(error.clone()), None)
+            }
+            Outcome::Retry {
+                status,
+                error,
+                retry_after_ms,
+            } => match retry_delay(attempt, jitter, *retry_after_ms) {
+                Some(delay) => (
+                    DeliveryStatus::Pending,
+                    *status,
+                    error.clone(),
+                    Some(now + delay),
+                ),
+                None => (DeliveryStatus::Dead, *status, error.clone(), None),
+            },
+        };
+    let mut tx = db.pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO alert_attempts (delivery_id, attempt, at, status_code, latency_ms, error) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&claimed.id)
+    .bind(attempt)
+    .bind(now)
+    .bind(code.map(i64::from))
+    .bind(latency_ms)
+    .bind(error.as_deref())
+    .execute(&mut *tx)
+    .await?;
+    // Only while this worker still holds the delivery as it claimed it (a channel deleted or
+    // disabled meanwhile has made it dead: that stays).
+    sqlx::query(
+        "UPDATE alert_deliveries SET status = $1, attempts = $2, last_status_code = $3, \
+             last_latency_ms = $4, last_error = $5, next_attempt_at = $6, lease_until = 0, \
+             sent_at = CASE WHEN $1 = 'sent' THEN $7 ELSE sent_at END \
+         WHERE id = $8 AND status = 'pending' AND attempts = $9",
+    )
+    .bind(status.as_str())
+    .bind(attempt)
+    .bind(code.map(i64::from))
+    .bind(latency_ms)
+    .bind(error.as_deref())
+    .bind(next)
+    .bind(now)
+    .bind(&claimed.id)
+    .bind(claimed.attempts)
+    .execute(&mut *tx)
+    .await?;
+    if *outcome == Outcome::Gone {
+        sqlx::query(
+            "UPDATE alert_channels SET enabled = 0, disabled_reason = 'receiver answered 410 Gone' \
+             WHERE id = $1",
+        )
+        .bind(&claimed.channel_id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE alert_deliveries SET status = 'dead', next_attempt_at = NULL, \
+                 last_error = COALESCE(last_error, 'channel disabled: receiver answered 410 Gone') \
+             WHERE channel_id = $1 AND status = 'pending'",
+        )
+        .bind(&claimed.channel_id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A filter of the delivery log.
+#[derive(Clone, Debug, Default)]
+pub struct DeliveryFilter {
+    pub channel_id: Option<String>,
+    pub status: Option<DeliveryStatus>,
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// One attempt of a delivery, for the log.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Attempt {
+    pub attempt: i64,
+    pub at: i64,
+    pub status_code: Option<i64>,
+    pub latency_ms: i64,
+    pub error: Option<String>,
+}
+
+impl Alerts {
+    /// The caller's deliveries, newest first.
+    pub async fn deliveries(
+        &self,
+        user_id: &str,
+        f: &DeliveryFilter,
+    ) -> Result<Vec<Delivery>, AlertError> {
+        let mut rows: Vec<Delivery> = sqlx::query_as(&format!(
+            "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE user_id = $1 \
+               AND ($2 IS NULL OR channel_id = $2) AND ($3 IS NULL OR status = $3) \
+               AND ($4 IS NULL OR created_at < $4) \
+             ORDER BY created_at DESC, seq DESC LIMIT $5"
+        ))
+        .bind(user_id)
+        .bind(f.channel_id.as_deref())
+        .bind(f.status.map(|s| s.as_str()))
+        .bind(f.before)
+        .bind(f.limit)
+        .fetch_all(&self.db.pool)
+        .await?;
+        for d in &mut rows {
+            d.incident_ids = incident_ids(&self.db, &d.id).await?;
+        }
+        Ok(rows)
+    }
+
+    /// One of the caller's deliveries.
+    pub async fn delivery(&self, user_id: &str, id: &str) -> Result<Delivery, AlertError> {
+        let mut d: Delivery = sqlx::query_as(&format!(
+            "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE id = $1 AND user_id = $2"
+        ))
+        .bind(id)
+        .bind(user_id)
+        .fetch_optional(&self.db.pool)
+        .await?
+        .ok_or(AlertError::NotFound)?;
+        d.incident_ids = incident_ids(&self.db, &d.id).await?;
+        Ok(d)
+    }
+
+    /// A delivery's attempts, oldest first.
+    pub async fn attempts(&self, delivery_id: &str) -> Result<Vec<Attempt>, AlertError> {
+        Ok(sqlx::query_as(
+            "SELECT attempt, at, status_code, latency_ms, error FROM alert_attempts \
+             WHERE delivery_id = $1 ORDER BY attempt",
+        )
+        .bind(delivery_id)
+        .fetch_all(&self.db.pool)
+        .await?)
+    }
+
+    /// Sends a delivery again: a new delivery with the same body (frozen now if the original
+    /// never got one) and a new `webhook-id`, due at once.
+    pub async fn resend(&self, user_id: &str, id: &str) -> Result<Delivery, AlertError> {
+        let original = self.delivery(user_id, id).await?;
+        // The channel must still exist (and be the caller's).
+        self.channel(user_id, &original.channel_id).await?;
+        let (body,): (Option<String>,) =
+            sqlx::query_as("SELECT body FROM alert_deliveries WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.db.pool)
+                .await?;
+        let now = now_ms();
+        let mut tx = self.db.pool.begin().await?;
+        let ids: Vec<&str> = original.incident_ids.iter().map(String::as_str).collect();
+        let new_id = create(
+            &mut tx,
+            user_id,
+            &original.channel_id,
+            original.event,
+            &ids,
+            now,
+            0,
+        )
+        .await?;
+        if let Some(body) = body {
+            sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2")
+                .bind(body)
+                .bind(&new_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        self.wake_sender();
+        self.delivery(user_id, &new_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_retry_schedule_with_jitter_and_retry_after() {
+        assert_eq!(retry_delay(1, 0.0, None), Some(5_000));
+        assert_eq!(retry_delay(1, 1.0, None), Some(5_500));
+        assert_eq!(retry_delay(1, -1.0, None), Some(4_500));
+        assert_eq!(retry_delay(2, 0.0, None), Some(300_000));
+        assert_eq!(retry_delay(7, 0.0, None), Some(86_400_000));
+        assert_eq!(
+            retry_delay(8, 0.0, None),
+            None,
+            "the eighth failure is the last"
+        );
+        // Retry-After is a floor, not jittered; a shorter one changes nothing.
+        assert_eq!(retry_delay(1, 0.5, Some(60_000)), Some(60_000));
+        assert_eq!(retry_delay(2, 0.0, Some(60_000)), Some(300_000));
+    }
+}

@@ -1,0 +1,371 @@
+//! The delivery worker: claims due deliveries, sends each through the SSRF-guarded client (a
+//! 10 s timeout per request), and records the outcome of every attempt (alerts.md §3).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, StreamExt};
+use rand::Rng;
+use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::model::Delivery;
+use super::outbox::{self, Claimed, Outcome};
+use super::payload::{self, signature};
+use super::Alerts;
+use crate::db::{DbError, Engine};
+use crate::ssrf::guard_refusal;
+use crate::states::ChannelType;
+use crate::time::now_ms;
+
+/// `User-Agent` of every notification.
+pub const USER_AGENT: &str = concat!("streamwatch/", env!("CARGO_PKG_VERSION"));
+
+/// Tuning of the worker.
+#[derive(Clone, Debug)]
+pub struct SenderConfig {
+    /// Timeout of one request.
+    pub timeout: Duration,
+    /// How often the outbox is polled for deliveries another instance queued or whose retry
+    /// came due (local transitions wake the worker at once).
+    pub poll: Duration,
+    /// Deliveries claimed per round, and sent at once at most.
+    pub batch: i64,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        SenderConfig {
+            timeout: Duration::from_secs(10),
+            poll: Duration::from_secs(1),
+            batch: 32,
+        }
+    }
+}
+
+/// What the sender reads of a channel: the target and the opened secrets.
+#[derive(sqlx::FromRow)]
+struct Target {
+    #[sqlx(rename = "type", try_from = "String")]
+    kind: ChannelType,
+    url: String,
+    routing_key_sealed: Option<String>,
+    secret_sealed: Option<String>,
+    previous_secret_sealed: Option<String>,
+    previous_secret_until: Option<i64>,
+}
+
+/// Runs the worker until `stop`.
+pub async fn run(alerts: Alerts, cfg: SenderConfig, mut stop: watch::Receiver<bool>) {
+    let client = match crate::ssrf::guarded_client(Arc::clone(&alerts.guard))
+        .user_agent(USER_AGENT)
+        .timeout(cfg.timeout)
+        .connect_timeout(cfg.timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "alert sender: cannot build its HTTP client");
+            return;
+        }
+    };
+    // The embedded store has one process: leases of a previous one (killed mid-attempt) can
+    // be taken back now instead of when they expire.
+    if alerts.engine() == Engine::Sqlite {
+        let _ = sqlx::query("UPDATE alert_deliveries SET lease_until = 0 WHERE status = 'pending'")
+            .execute(&alerts.db.pool)
+            .await;
+    }
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let more = match round(&alerts, &client, &cfg).await {
+            Ok(n) => n as i64 == cfg.batch,
+            Err(e) => {
+                tracing::warn!(error = %e, "alert sender: outbox unavailable; retrying");
+                false
+            }
+        };
+        if more {
+            continue;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(cfg.poll) => {}
+            () = alerts.wake.notified() => {}
+            changed = stop.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One round: claims due deliveries and sends them concurrently. Returns how many.
+async fn round(
+    alerts: &Alerts,
+    client: &reqwest::Client,
+    cfg: &SenderConfig,
+) -> Result<usize, DbError> {
+    let now = now_ms();
+    // Long enough for every request of the biggest delivery (PagerDuty: one per incident)
+    // would be unbounded; a lease covers one request's timeout with margin, and the sender
+    // renews nothing: a PagerDuty group overrunning it may be sent twice, which PagerDuty
+    // collapses by dedup_key.
+    let lease_ms = 3 * cfg.timeout.as_millis() as i64;
+    let claimed = outbox::claim(&alerts.db, now, now + lease_ms, cfg.batch).await?;
+    let n = claimed.len();
+    stream::iter(claimed)
+        .for_each_concurrent(cfg.batch as usize, |c| async move {
+            if let Err(e) = attempt(alerts, client, &c).await {
+                tracing::warn!(delivery = %c.id, error = %e, "alert delivery attempt not recorded");
+            }
+        })
+        .await;
+    Ok(n)
+}
+
+/// One attempt of one delivery.
+async fn attempt(alerts: &Alerts, client: &reqwest::Client, c: &Claimed) -> Result<(), DbError> {
+    let target: Option<Target> = sqlx::query_as(
+        "SELECT type, url, routing_key_sealed, secret_sealed, previous_secret_sealed, \
+             previous_secret_until FROM alert_channels WHERE id = $1",
+    )
+    .bind(&c.channel_id)
+    .fetch_optional(&alerts.db.pool)
+    .await?;
+    let started = Instant::now();
+    let now = now_ms();
+    let outcome = match target {
+        None => Outcome::Failed {
+            status: None,
+            error: "channel deleted".into(),
+        },
+        Some(t) => match body_of(alerts, c, &t, now).await? {
+            Err(e) => Outcome::Failed {
+                status: None,
+                error: e,
+            },
+            Ok(bodies) => send(alerts, client, c, &t, &bodies, now).await,
+        },
+    };
+    let latency = started.elapsed().as_millis() as i64;
+    let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
+    outbox::record(&alerts.db, c, &outcome, latency, now_ms(), jitter).await?;
+    match &outcome {
+        Outcome::Sent { .. } => {
+            metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => "sent")
+                .increment(1)
+        }
+        Outcome::Retry { .. } => {
+            metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => "retry")
+                .increment(1)
+        }
+        Outcome::Gone | Outcome::Failed { .. } => {
+            metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => "failed")
+                .increment(1)
+        }
+    }
+    Ok(())
+}
+
+/// The request bodies of a delivery: frozen at its first attempt (so every retry sends the
+/// same bytes), built from its incidents then.
+async fn body_of(
+    alerts: &Alerts,
+    c: &Claimed,
+    t: &Target,
+    now: i64,
+) -> Result<Result<Vec<Value>, String>, DbError> {
+    let frozen = match &c.body {
+        Some(b) => b.clone(),
+        None => {
+            let delivery: Delivery = sqlx::query_as(&format!(
+                "SELECT {} FROM alert_deliveries WHERE id = $1",
+                super::model::DELIVERY_COLUMNS
+            ))
+            .bind(&c.id)
+            .fetch_one(&alerts.db.pool)
+            .await?;
+            let ids = outbox::incident_ids(&alerts.db, &c.id).await?;
+            let incidents = alerts.incidents_by_id(&ids).await?;
+            let routing_key = match &t.routing_key_sealed {
+                Some(sealed) => match alerts.sealer.open(sealed) {
+                    Ok(k) => Some(k),
+                    Err(e) => return Ok(Err(e.to_string())),
+                },
+                None => None,
+            };
+            let bodies = payload::bodies(
+                t.kind,
+                delivery.event,
+                &incidents,
+                routing_key.as_deref(),
+                now,
+            );
+            let text = serde_json::to_string(&bodies).unwrap_or_else(|_| "[]".into());
+            outbox::freeze(&alerts.db, &c.id, &text).await?
+        }
+    };
+    Ok(serde_json::from_str(&frozen).map_err(|e| format!("stored body unreadable: {e}")))
+}
+
+/// Sends every request of one attempt; the first that does not succeed decides the outcome.
+async fn send(
+    alerts: &Alerts,
+    client: &reqwest::Client,
+    c: &Claimed,
+    t: &Target,
+    bodies: &[Value],
+    now: i64,
+) -> Outcome {
+    // Checked before any connection: the guard resolves the name and refuses any answer
+    // outside the allowed addresses (the resolver checks again at connect time).
+    if let Err(e) = alerts.guard.check_url(&t.url).await {
+        return Outcome::Failed {
+            status: None,
+            error: format!("refused by the SSRF guard: {e}"),
+        };
+    }
+    let secrets = match signing_secrets(alerts, t, now) {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome::Failed {
+                status: None,
+                error: e,
+            }
+        }
+    };
+    let mut last = None;
+    for body in bodies {
+        let text = body.to_string();
+        let mut req = client
+            .post(&t.url)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(text.clone());
+        if t.kind == ChannelType::Webhook {
+            let ts = now.div_euclid(1000);
+            let sigs: Vec<String> = secrets
+                .iter()
+                .filter_map(|s| signature(s, &c.webhook_id, ts, &text))
+                .collect();
+            req = req
+                .header("webhook-id", &c.webhook_id)
+                .header("webhook-timestamp", ts.to_string())
+                .header("webhook-signature", sigs.join(" "));
+        }
+        let outcome = match req.send().await {
+            Ok(resp) => classify(resp.status().as_u16(), resp.headers().get(RETRY_AFTER)),
+            Err(e) => network_outcome(&e),
+        };
+        if !matches!(outcome, Outcome::Sent { .. }) {
+            return outcome;
+        }
+        last = Some(outcome);
+    }
+    last.unwrap_or(Outcome::Sent { status: 200 })
+}
+
+/// The secrets that sign a webhook attempt: the current one, and during a rotation the
+/// previous one (second signature).
+fn signing_secrets(alerts: &Alerts, t: &Target, now: i64) -> Result<Vec<String>, String> {
+    if t.kind != ChannelType::Webhook {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    if let Some(s) = &t.secret_sealed {
+        out.push(alerts.sealer.open(s).map_err(|e| e.to_string())?);
+    }
+    if let (Some(s), Some(until)) = (&t.previous_secret_sealed, t.previous_secret_until) {
+        if until > now {
+            out.push(alerts.sealer.open(s).map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(out)
+}
+
+/// The outcome of an HTTP answer.
+pub fn classify(status: u16, retry_after: Option<&HeaderValue>) -> Outcome {
+    match status {
+        200..=299 => Outcome::Sent { status },
+        410 => Outcome::Gone,
+        429 | 500..=599 => Outcome::Retry {
+            status: Some(status),
+            error: Some(format!("receiver answered {status}")),
+            retry_after_ms: retry_after
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .map(|s| i64::from(s) * 1000),
+        },
+        _ => Outcome::Failed {
+            status: Some(status),
+            error: format!("receiver answered {status}"),
+        },
+    }
+}
+
+/// A request that got no answer: refused by the guard (not retried), or a network failure
+/// (retried).
+fn network_outcome(e: &reqwest::Error) -> Outcome {
+    if let Some(g) = guard_refusal(e) {
+        return Outcome::Failed {
+            status: None,
+            error: format!("refused by the SSRF guard: {g}"),
+        };
+    }
+    let error = if e.is_timeout() {
+        "no answer in time".to_owned()
+    } else if e.is_connect() {
+        "could not connect".to_owned()
+    } else {
+        e.to_string()
+    };
+    Outcome::Retry {
+        status: None,
+        error: Some(error),
+        retry_after_ms: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_to_outcomes() {
+        assert_eq!(classify(204, None), Outcome::Sent { status: 204 });
+        assert_eq!(classify(410, None), Outcome::Gone);
+        assert_eq!(
+            classify(503, Some(&HeaderValue::from_static("120"))),
+            Outcome::Retry {
+                status: Some(503),
+                error: Some("receiver answered 503".into()),
+                retry_after_ms: Some(120_000)
+            }
+        );
+        assert!(matches!(
+            classify(429, None),
+            Outcome::Retry {
+                retry_after_ms: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(404, None),
+            Outcome::Failed {
+                status: Some(404),
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(302, None),
+            Outcome::Failed {
+                status: Some(302),
+                ..
+            }
+        ));
+    }
+}

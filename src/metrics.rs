@@ -1,0 +1,335 @@
+//! Prometheus metrics (decisions.md §11): the `metrics` facade records where things happen
+//! (HTTP layer, telemetry route, batch writer, key cache, prober, accounts, store supervisor);
+//! this module installs the Prometheus recorder once per process, describes every metric,
+//! serves `GET /metrics` on `STREAMWATCH_METRICS_LISTEN`, and samples the gauges that come
+//! from the stores (streams by status, active sessions).
+//!
+//! Names are `streamwatch_<subsystem>_<noun>_<unit|total>`; labels are bounded (route
+//! templates, statuses, outcomes; never ids or URLs). `docs/operations.md` lists them all.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::sync::watch;
+
+use crate::db::Db;
+
+/// Buckets of latency histograms, in seconds: 1 ms to 30 s.
+const SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Buckets of the rows-per-insert histogram.
+const ROWS: &[f64] = &[
+    1.0, 10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 10_000.0, 50_000.0, 100_000.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process's recorder (once; later servers in the same process share it) and
+/// describes every metric. Returns the handle that renders the scrape page.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("streamwatch_writer_insert_rows".into()),
+                        ROWS,
+                    )
+                })
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // Another recorder already installed (an embedding program): ours still renders
+            // what it records, which is nothing; the server keeps working.
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+/// `GET /metrics` on the metrics listener.
+pub fn router(handle: PrometheusHandle) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    handle.render(),
+                )
+            }
+        }),
+    )
+}
+
+/// HTTP middleware: one count and one latency observation per request, by route template
+/// (`/api/v1/streams/{id}`, never the id), method and status class.
+pub async fn track_requests(req: Request, next: Next) -> Response {
+    // The router's own template: bounded by the routes the service has.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = method_label(req.method());
+    let started = Instant::now();
+    let resp = next.run(req).await.into_response();
+    let status = match resp.status().as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    counter!("streamwatch_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
+        .increment(1);
+    histogram!("streamwatch_http_request_duration_seconds", "route" => route, "method" => method)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+fn method_label(m: &axum::http::Method) -> &'static str {
+    match m.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PATCH" => "PATCH",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// Samples the gauges that live in the stores, and runs the recorder's upkeep, every 15 s
+/// until `stop`.
+pub async fn sample(db: Db, handle: PrometheusHandle, mut stop: watch::Receiver<bool>) {
+    loop {
+        handle.run_upkeep();
+        if db.is_ready() {
+            if let Err(e) = sample_stores(&db).await {
+                tracing::debug!(error = %e, "cannot sample store gauges");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(15)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn sample_stores(db: &Db) -> Result<(), sqlx::Error> {
+    let by_status: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, CAST(COUNT(*) AS BIGINT) FROM streams GROUP BY status")
+            .fetch_all(&db.pool)
+            .await?;
+    for status in crate::states::StreamStatus::ALL {
+        let n = by_status
+            .iter()
+            .find(|(s, _)| s == status.as_str())
+            .map_or(0, |(_, n)| *n);
+        gauge!("streamwatch_streams", "status" => status.as_str()).set(n as f64);
+    }
+    let (sessions,): (i64,) =
+        sqlx::query_as("SELECT CAST(COUNT(*) AS BIGINT) FROM sessions WHERE expires_at > $1")
+            .bind(crate::time::now_ms())
+            .fetch_one(&db.pool)
+            .await?;
+    gauge!("streamwatch_auth_sessions_active").set(sessions as f64);
+    Ok(())
+}
+
+/// What kind of metric a name is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric of the service: name, kind, help text. `docs/operations.md` documents each one
+/// and `docs/grafana-dashboard.json` charts them (a test keeps the three in step).
+const METRICS: &[(&str, Kind, &str)] = &[
+    (
+        "streamwatch_http_requests_total",
+        Kind::Counter,
+        "HTTP requests answered, by route template, method and status class",
+    ),
+    (
+        "streamwatch_http_request_duration_seconds",
+        Kind::Histogram,
+        "Time to answer an HTTP request, by route template and method",
+    ),
+    (
+        "streamwatch_http_connections_open",
+        Kind::Gauge,
+        "HTTP connections open now",
+    ),
+    (
+        "streamwatch_telemetry_batches_total",
+        Kind::Counter,
+        "Telemetry batches by outcome: accepted, or refused for auth, validation or store",
+    ),
+    (
+        "streamwatch_telemetry_events_total",
+        Kind::Counter,
+        "Telemetry events in batches by outcome (refusals before parsing count no events)",
+    ),
+    (
+        "streamwatch_writer_inserts_total",
+        Kind::Counter,
+        "Inserts of the batch writer into the telemetry store, by result",
+    ),
+    (
+        "streamwatch_writer_insert_rows",
+        Kind::Histogram,
+        "Rows per insert of the batch writer",
+    ),
+    (
+        "streamwatch_writer_insert_duration_seconds",
+        Kind::Histogram,
+        "Time of one insert into the telemetry store",
+    ),
+    (
+        "streamwatch_writer_queue_depth",
+        Kind::Gauge,
+        "Submissions waiting for the batch writer",
+    ),
+    (
+        "streamwatch_writer_writes_in_flight",
+        Kind::Gauge,
+        "Inserts under way",
+    ),
+    (
+        "streamwatch_writer_store_errors_total",
+        Kind::Counter,
+        "Failed inserts by kind: retryable (network, timeout, store down) or permanent",
+    ),
+    (
+        "streamwatch_telemetry_store_up",
+        Kind::Gauge,
+        "1 while the telemetry store answers (the circuit breaker is closed), else 0",
+    ),
+    (
+        "streamwatch_telemetry_store_breaker_opens_total",
+        Kind::Counter,
+        "Times the telemetry store's circuit breaker opened",
+    ),
+    (
+        "streamwatch_keycache_lookups_total",
+        Kind::Counter,
+        "API key lookups by result: hit or miss of the cache",
+    ),
+    (
+        "streamwatch_keycache_invalidations_total",
+        Kind::Counter,
+        "Key cache invalidations (mint, revoke, a peer's notice, a lost listener)",
+    ),
+    (
+        "streamwatch_probes_total",
+        Kind::Counter,
+        "Probes recorded, by status and anomaly class",
+    ),
+    (
+        "streamwatch_probe_duration_seconds",
+        Kind::Histogram,
+        "Latency of a probe (the origin's time, not the prober's own waits)",
+    ),
+    (
+        "streamwatch_prober_lateness_seconds",
+        Kind::Histogram,
+        "How late after its due time a probe started",
+    ),
+    (
+        "streamwatch_prober_deferred_total",
+        Kind::Counter,
+        "Probes deferred without a verdict, by reason: host_rate, body_budget",
+    ),
+    (
+        "streamwatch_streams",
+        Kind::Gauge,
+        "Registered streams by status",
+    ),
+    (
+        "streamwatch_auth_sign_ins_total",
+        Kind::Counter,
+        "Sign-in attempts by outcome",
+    ),
+    (
+        "streamwatch_auth_sign_ups_total",
+        Kind::Counter,
+        "Sign-up attempts by outcome",
+    ),
+    (
+        "streamwatch_auth_sessions_created_total",
+        Kind::Counter,
+        "Sessions issued (sign-up and sign-in)",
+    ),
+    (
+        "streamwatch_auth_sessions_active",
+        Kind::Gauge,
+        "Sessions not expired",
+    ),
+];
+
+/// Help texts and units of every metric, as Prometheus shows them.
+fn describe() {
+    for (name, kind, help) in METRICS {
+        match kind {
+            Kind::Counter => describe_counter!(*name, *help),
+            Kind::Gauge => describe_gauge!(*name, *help),
+            Kind::Histogram if name.ends_with("_seconds") => {
+                describe_histogram!(*name, Unit::Seconds, *help)
+            }
+            Kind::Histogram => describe_histogram!(*name, *help),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_documented_and_the_dashboard_charts_only_real_ones() {
+        let docs = include_str!("../docs/operations.md");
+        for (name, _, _) in METRICS {
+            assert!(
+                docs.contains(&format!("`{name}`")),
+                "{name} is not in docs/operations.md"
+            );
+        }
+        let dashboard = include_str!("../docs/grafana-dashboard.json");
+        let mut charted = 0;
+        for word in dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if let Some(name) = word.strip_prefix("streamwatch_") {
+                let base = name.strip_suffix("_bucket").unwrap_or(name);
+                let full = format!("streamwatch_{base}");
+                assert!(
+                    METRICS.iter().any(|(n, _, _)| *n == full),
+                    "the dashboard charts {word}, which the service does not record"
+                );
+                charted += 1;
+            }
+        }
+        assert!(charted >= METRICS.len());
+    }
+}

@@ -1,0 +1,600 @@
+//! Alerts end to end (decisions.md §12, alerts.md) with real receivers: HTTP servers started
+//! by the test on loopback. Stream rules fire after exactly `failAfter` unplayable probes and
+//! resolve after `recoverAfter` playable ones; retries keep their `webhook-id`; a 410 disables
+//! the channel; a refused target is refused at save time and at send time with no connection;
+//! grouping, PagerDuty, chat bodies, rotation, reminders, QoE rules and the 400s.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::receiver::{Received, Receiver};
+use common::{parts, spawn_quiet, Engine, TestApp};
+use hmac::{Hmac, Mac};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sha2::Sha256;
+use streamwatch::probes::{NewProbe, ProbeStatus, Probes};
+use streamwatch::states::AnomalyClass;
+use streamwatch::time::now_ms;
+
+/// Long enough for a broken run to fail rather than hang; never reached by a passing one.
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn spawn(engine: Engine) -> TestApp {
+    spawn_with_allow(engine, "127.0.0.0/8").await
+}
+
+async fn spawn_with_allow(engine: Engine, allow: &str) -> TestApp {
+    let allow = allow.to_owned();
+    spawn_quiet(engine, move |c| {
+        c.allow_private = streamwatch::config::CidrList(vec![allow.parse().expect("cidr")]);
+        c.alert_timing.sender_poll = Duration::from_millis(50);
+        // The tests evaluate QoE rules and reminders themselves.
+        c.alert_timing.evaluate_every = Duration::from_secs(3600);
+    })
+    .await
+}
+
+struct Ctx {
+    cookie: String,
+    stream_id: String,
+    probes: Probes,
+    clock: std::sync::atomic::AtomicI64,
+}
+
+async fn setup(app: &TestApp) -> Ctx {
+    let cookie = app.user("alerts@example.com").await;
+    let stream = app.stream(&cookie, "http://127.0.0.1:9/live.m3u8").await;
+    Ctx {
+        cookie,
+        stream_id: stream["id"].as_str().unwrap().to_owned(),
+        probes: Probes::new(app.state.db.clone()),
+        clock: std::sync::atomic::AtomicI64::new(now_ms() - 600_000),
+    }
+}
+
+impl Ctx {
+    /// Records one probe of `stream` (as the prober would), a second after the previous one.
+    async fn probe(&self, stream: &str, playable: bool) {
+        let at = self.clock.fetch_add(1000, std::sync::atomic::Ordering::SeqCst);
+        self.probes
+            .record(&NewProbe {
+                stream_id: stream.to_owned(),
+                status: if playable { ProbeStatus::Healthy } else { ProbeStatus::Failing },
+                anomaly_class: if playable { AnomalyClass::NoAnomaly } else { AnomalyClass::ClientError },
+                latency_ms: 50,
+                http_status: Some(if playable { 200 } else { 404 }),
+                detail: if playable { "probe ok".into() } else { "HTTP 404".into() },
+                created_at: at,
+                playable,
+                last_action: "test".into(),
+                next_probe_at: at + 30_000,
+            })
+            .await
+            .expect("record")
+            .expect("stream exists");
+    }
+}
+
+async fn post(app: &TestApp, cookie: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    parts(app.post(path, Some(cookie), body).await).await
+}
+
+async fn get(app: &TestApp, cookie: &str, path: &str) -> (StatusCode, Value) {
+    parts(app.get(path, Some(cookie)).await).await
+}
+
+async fn channel(app: &TestApp, cookie: &str, body: Value) -> Value {
+    let (s, b) = post(app, cookie, "/api/v1/alerts/channels", body).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    b
+}
+
+async fn rule(app: &TestApp, cookie: &str, body: Value) -> Value {
+    let (s, b) = post(app, cookie, "/api/v1/alerts/rules", body).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    b
+}
+
+async fn deliveries(app: &TestApp, cookie: &str) -> Vec<Value> {
+    let (s, b) = get(app, cookie, "/api/v1/alerts/deliveries").await;
+    assert_eq!(s, StatusCode::OK);
+    b["items"].as_array().unwrap().clone()
+}
+
+/// Polls the delivery log until `pred` holds for the delivery `id`.
+async fn delivery_until(app: &TestApp, cookie: &str, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let all = deliveries(app, cookie).await;
+        if let Some(d) = all.iter().find(|d| d["id"] == id) {
+            if pred(d) {
+                return d.clone();
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "delivery {id} never matched: {all:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The Standard Webhooks check a receiver runs: every signature in the header that the
+/// secret makes.
+fn signatures_valid_for(secret: &str, r: &Received) -> Vec<bool> {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.strip_prefix("whsec_").unwrap())
+        .unwrap();
+    let id = r.header("webhook-id").unwrap();
+    let ts = r.header("webhook-timestamp").unwrap();
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.{}", r.body).as_bytes());
+    let expected = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    r.header("webhook-signature")
+        .unwrap()
+        .split(' ')
+        .map(|s| s == expected)
+        .collect()
+}
+
+/// Moves a delivery's next attempt (or the end of its group window) to now.
+async fn fast_forward(app: &TestApp, delivery_id: &str) {
+    sqlx::query("UPDATE alert_deliveries SET next_attempt_at = 0, group_until = 0 WHERE id = $1")
+        .bind(delivery_id)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    app.state.alerts.wake_sender();
+}
+
+async fn a_stream_rule_fires_once_after_fail_after_and_resolves_after_recover_after(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "ops hook", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    let secret = ch["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"));
+    let r = rule(&app, &ctx.cookie, json!({
+        "name": "Main down", "kind": "stream", "streamId": ctx.stream_id, "channelIds": [ch["id"]]
+    }))
+    .await;
+    assert_eq!((r["failAfter"].clone(), r["recoverAfter"].clone(), r["state"].clone()), (json!(3), json!(2), json!("ok")));
+
+    ctx.probe(&ctx.stream_id, false).await;
+    ctx.probe(&ctx.stream_id, false).await;
+    let (_, rules) = get(&app, &ctx.cookie, "/api/v1/alerts/rules").await;
+    assert_eq!(rules["items"][0]["state"], "pending");
+    assert!(deliveries(&app, &ctx.cookie).await.is_empty(), "nothing before failAfter probes");
+
+    ctx.probe(&ctx.stream_id, false).await;
+    let got = hook.wait_for(1, LIMIT).await;
+    let fired = &got[0];
+    assert_eq!(fired.header("content-type"), Some("application/json"));
+    assert!(fired.header("user-agent").unwrap().starts_with("streamwatch/"));
+    assert!(fired.header("webhook-id").unwrap().starts_with("msg_"));
+    let ts: i64 = fired.header("webhook-timestamp").unwrap().parse().unwrap();
+    assert!((ts - now_ms() / 1000).abs() < 600);
+    assert_eq!(signatures_valid_for(&secret, fired), vec![true]);
+    let body = fired.json();
+    assert_eq!(body["type"], "incident.firing");
+    let inc = &body["data"]["incidents"][0];
+    assert_eq!(body["data"]["incidents"].as_array().unwrap().len(), 1);
+    assert_eq!(inc["ruleName"], "Main down");
+    assert_eq!(inc["kind"], "stream");
+    assert_eq!(inc["state"], "firing");
+    assert_eq!(inc["streamId"], json!(ctx.stream_id));
+    assert_eq!(inc["sourceUrl"], "http://127.0.0.1:9/live.m3u8");
+    assert_eq!(inc["detail"], "3 probes not playable: HTTP 404");
+    assert_eq!(inc["resolvedAt"], Value::Null);
+
+    // Still down: no second notice. Back up once: not yet resolved.
+    ctx.probe(&ctx.stream_id, false).await;
+    ctx.probe(&ctx.stream_id, true).await;
+    let (_, rules) = get(&app, &ctx.cookie, "/api/v1/alerts/rules").await;
+    assert_eq!(rules["items"][0]["state"], "firing");
+    assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 1);
+
+    ctx.probe(&ctx.stream_id, true).await;
+    let got = hook.wait_for(2, LIMIT).await;
+    let resolved = got[1].json();
+    assert_eq!(resolved["type"], "incident.resolved");
+    assert_eq!(resolved["data"]["incidents"][0]["id"], inc["id"]);
+    assert_eq!(resolved["data"]["incidents"][0]["state"], "resolved");
+    assert!(resolved["data"]["incidents"][0]["resolvedAt"].is_string());
+    assert_eq!(signatures_valid_for(&secret, &got[1]), vec![true]);
+
+    ctx.probe(&ctx.stream_id, true).await;
+    let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents").await;
+    assert_eq!(incidents["items"].as_array().unwrap().len(), 1);
+    assert_eq!(incidents["items"][0]["state"], "resolved");
+    let (_, firing) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents?state=firing").await;
+    assert_eq!(firing["items"], json!([]));
+    let log = deliveries(&app, &ctx.cookie).await;
+    assert_eq!(log.len(), 2);
+    for d in &log {
+        let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| d["status"] == "sent").await;
+        assert_eq!((d["attempts"].clone(), d["lastStatusCode"].clone()), (json!(1), json!(200)));
+        assert!(d["sentAt"].is_string() && d["lastLatencyMs"].is_i64());
+        assert_eq!(d["incidentIds"], json!([inc["id"]]));
+    }
+    assert_eq!(hook.requests().len(), 2, "each transition exactly once");
+    app.shutdown().await;
+}
+
+async fn a_receiver_that_fails_twice_gets_the_same_webhook_id_three_times(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    hook.script(&[503, 503]);
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "flaky", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "streamId": ctx.stream_id, "failAfter": 1, "channelIds": [ch["id"]] })).await;
+    ctx.probe(&ctx.stream_id, false).await;
+
+    hook.wait_for(1, LIMIT).await;
+    let id = deliveries(&app, &ctx.cookie).await[0]["id"].as_str().unwrap().to_owned();
+    // After each failure the next attempt follows the schedule: 5 s, then 5 min (±10 %).
+    for (n, (lo, hi)) in [(1, (4_500, 5_500)), (2, (270_000, 330_000))] {
+        let d = delivery_until(&app, &ctx.cookie, &id, |d| d["attempts"] == n).await;
+        assert_eq!((d["status"].clone(), d["lastStatusCode"].clone()), (json!("pending"), json!(503)));
+        let (delay,): (i64,) = sqlx::query_as(
+            "SELECT d.next_attempt_at - a.at FROM alert_deliveries d JOIN alert_attempts a \
+             ON a.delivery_id = d.id AND a.attempt = d.attempts WHERE d.id = $1",
+        )
+        .bind(&id)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+        assert!((lo..=hi).contains(&delay), "attempt {n}: next in {delay} ms");
+        fast_forward(&app, &id).await;
+        hook.wait_for(n as usize + 1, LIMIT).await;
+    }
+    let d = delivery_until(&app, &ctx.cookie, &id, |d| d["status"] == "sent").await;
+    assert_eq!((d["attempts"].clone(), d["lastStatusCode"].clone()), (json!(3), json!(200)));
+    let got = hook.requests();
+    assert_eq!(got.len(), 3);
+    let webhook_id = got[0].header("webhook-id").unwrap();
+    assert_eq!(d["webhookId"], webhook_id);
+    assert!(got.iter().all(|r| r.header("webhook-id") == Some(webhook_id) && r.body == got[0].body));
+    let (attempts,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM alert_attempts WHERE delivery_id = $1")
+        .bind(&id)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 3);
+    app.shutdown().await;
+}
+
+async fn a_410_disables_the_channel(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    hook.default_status(410);
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "gone", "type": "slack", "url": hook.url, "groupWindow": "0s" })).await;
+    rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "failAfter": 1, "recoverAfter": 1, "channelIds": [ch["id"]] })).await;
+    ctx.probe(&ctx.stream_id, false).await;
+    hook.wait_for(1, LIMIT).await;
+    let id = deliveries(&app, &ctx.cookie).await[0]["id"].as_str().unwrap().to_owned();
+    let d = delivery_until(&app, &ctx.cookie, &id, |d| d["status"] != "pending").await;
+    assert_eq!((d["status"].clone(), d["lastStatusCode"].clone()), (json!("dead"), json!(410)));
+    let (_, chans) = get(&app, &ctx.cookie, "/api/v1/alerts/channels").await;
+    assert_eq!(chans["items"][0]["enabled"], false);
+    assert_eq!(chans["items"][0]["disabledReason"], "receiver answered 410 Gone");
+    // The resolve finds the channel off: no delivery, no request.
+    ctx.probe(&ctx.stream_id, true).await;
+    assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 1);
+    // Switched back on, it clears the reason.
+    let (s, b) = parts(app.patch(&format!("/api/v1/alerts/channels/{}", ch["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "enabled": true })).await).await;
+    assert_eq!((s, b["enabled"].clone(), b["disabledReason"].clone()), (StatusCode::OK, json!(true), Value::Null));
+    assert_eq!(hook.requests().len(), 1);
+    app.shutdown().await;
+}
+
+async fn a_refused_target_is_refused_at_save_and_at_send_with_no_connection(app: TestApp) {
+    let ctx = setup(&app).await;
+    // The guard lets 127.0.0.1 through (this app's config), not 127.0.0.2.
+    let refused = Receiver::start_on("127.0.0.2").await;
+    let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook", "url": refused.url })).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // The same message as a stream's sourceUrl.
+    let (_, stream_answer) = post(&app, &ctx.cookie, "/api/v1/streams", json!({ "sourceUrl": refused.url })).await;
+    assert_eq!(b, json!({ "errors": { "url": stream_answer["errors"]["sourceUrl"] } }), "{b}");
+    for url in ["http://169.254.169.254/latest", "http://[::1]:9/x", "file:///etc/passwd", "not a url"] {
+        let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook", "url": url })).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{url}");
+        assert!(b["errors"]["url"].is_string(), "{url}: {b}");
+    }
+    assert!(get(&app, &ctx.cookie, "/api/v1/alerts/channels").await.1["items"].as_array().unwrap().is_empty());
+
+    // A target that passed at save time and points elsewhere at send time (a DNS change):
+    // refused before any connection.
+    let ok = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "moved", "type": "webhook", "url": ok.url })).await;
+    sqlx::query("UPDATE alert_channels SET url = $1 WHERE id = $2")
+        .bind(&refused.url)
+        .bind(ch["id"].as_str().unwrap())
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    let (s, d) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/test", ch["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!((s, d["event"].clone(), d["status"].clone()), (StatusCode::ACCEPTED, json!("test"), json!("pending")));
+    let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| d["status"] != "pending").await;
+    assert_eq!(d["status"], "failed");
+    assert!(d["lastError"].as_str().unwrap().starts_with("refused by the SSRF guard"), "{d}");
+    assert_eq!(refused.connections(), 0);
+    assert_eq!(ok.connections(), 0);
+    app.shutdown().await;
+}
+
+async fn an_outage_of_many_streams_is_one_delivery(app: TestApp) {
+    let ctx = setup(&app).await;
+    let mut streams = vec![ctx.stream_id.clone()];
+    for i in 0..4 {
+        streams.push(app.stream(&ctx.cookie, &format!("http://127.0.0.1:9/s{i}.m3u8")).await["id"].as_str().unwrap().to_owned());
+    }
+    let hook = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "grouped", "type": "discord", "url": hook.url, "groupWindow": "10m" })).await;
+    rule(&app, &ctx.cookie, json!({ "name": "Origin down", "kind": "stream", "streamId": null, "failAfter": 1, "channelIds": [ch["id"]] })).await;
+    for s in &streams {
+        ctx.probe(s, false).await;
+    }
+    let log = deliveries(&app, &ctx.cookie).await;
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["incidentIds"].as_array().unwrap().len(), 5);
+    assert_eq!(log[0]["status"], "pending");
+    assert_eq!(hook.requests().len(), 0, "held for the group window");
+    fast_forward(&app, log[0]["id"].as_str().unwrap()).await;
+    let got = hook.wait_for(1, LIMIT).await;
+    let content = got[0].json()["content"].as_str().unwrap().to_owned();
+    assert!(content.starts_with("streamwatch: 5 incidents firing\n"), "{content}");
+    assert_eq!(content.matches("• Origin down: ").count(), 5);
+    let (_, rules) = get(&app, &ctx.cookie, "/api/v1/alerts/rules").await;
+    assert_eq!(rules["items"][0]["state"], "firing");
+    assert_eq!(hook.requests().len(), 1);
+    app.shutdown().await;
+}
+
+async fn pagerduty_triggers_and_resolves_with_one_dedup_key(app: TestApp) {
+    let ctx = setup(&app).await;
+    let pd = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "on-call", "type": "pagerduty", "url": pd.url, "routingKey": "R0123456789abcd", "groupWindow": "0s" })).await;
+    assert_eq!(ch["routingKey"], "…abcd");
+    assert!(ch.get("secret").is_none());
+    rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "streamId": ctx.stream_id, "failAfter": 1, "recoverAfter": 1, "channelIds": [ch["id"]] })).await;
+    ctx.probe(&ctx.stream_id, false).await;
+    ctx.probe(&ctx.stream_id, true).await;
+    let got = pd.wait_for(2, LIMIT).await;
+    let (trigger, resolve) = (got[0].json(), got[1].json());
+    let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents").await;
+    let dedup = format!("streamwatch-{}", incidents["items"][0]["id"].as_str().unwrap());
+    assert_eq!(trigger["event_action"], "trigger");
+    assert_eq!(resolve["event_action"], "resolve");
+    assert_eq!(trigger["dedup_key"], json!(dedup));
+    assert_eq!(resolve["dedup_key"], json!(dedup));
+    assert_eq!(trigger["routing_key"], "R0123456789abcd");
+    assert_eq!(trigger["payload"]["severity"], "critical");
+    assert!(trigger["payload"]["summary"].as_str().unwrap().contains("1 probe not playable: HTTP 404"));
+    assert!(got[0].header("webhook-signature").is_none());
+    // Reads never show the key.
+    let (_, chans) = get(&app, &ctx.cookie, "/api/v1/alerts/channels").await;
+    assert!(!chans.to_string().contains("R0123456789"));
+    app.shutdown().await;
+}
+
+async fn rotation_signs_with_both_secrets_for_a_day(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "hook", "type": "webhook", "url": hook.url })).await;
+    let id = ch["id"].as_str().unwrap();
+    let old = ch["secret"].as_str().unwrap().to_owned();
+    let (s, rotated) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{id}/rotate-secret"), json!({})).await;
+    assert_eq!(s, StatusCode::OK);
+    let new = rotated["secret"].as_str().unwrap().to_owned();
+    assert!(new.starts_with("whsec_") && new != old);
+    let (s, _) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{id}/test"), json!({})).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let got = hook.wait_for(1, LIMIT).await;
+    assert_eq!(got[0].json()["type"], "test");
+    assert_eq!(signatures_valid_for(&new, &got[0]), vec![true, false], "new first");
+    assert_eq!(signatures_valid_for(&old, &got[0]), vec![false, true], "then the old one");
+    // Secrets are sealed at rest.
+    let (stored,): (String,) = sqlx::query_as("SELECT secret_sealed FROM alert_channels WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert!(!stored.contains(&new[6..]) && !stored.contains("whsec_"));
+    // A test resent is a new delivery with the same body and a new webhook-id.
+    let d = deliveries(&app, &ctx.cookie).await[0].clone();
+    let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| d["status"] == "sent").await;
+    let (s, again) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/deliveries/{}/resend", d["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_ne!(again["webhookId"], d["webhookId"]);
+    let got = hook.wait_for(2, LIMIT).await;
+    assert_eq!(got[1].body, got[0].body);
+    assert_eq!(got[1].header("webhook-id"), again["webhookId"].as_str());
+    // Only webhooks have a secret.
+    let slack = channel(&app, &ctx.cookie, json!({ "name": "chat", "type": "slack", "url": hook.url })).await;
+    let (s, b) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/rotate-secret", slack["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "type": "Only webhook channels have a signing secret" } })));
+    app.shutdown().await;
+}
+
+async fn qoe_rules_fire_resolve_and_remind(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "qoe", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    let r = rule(&app, &ctx.cookie, json!({
+        "name": "Failures over 10 %", "kind": "qoe", "metric": "playbackFailurePct", "op": ">",
+        "threshold": 10, "window": "5m", "minViews": 2, "filter": ["browser:curl"],
+        "remindEvery": "5m", "channelIds": [ch["id"]]
+    }))
+    .await;
+    assert_eq!((r["window"].clone(), r["minViews"].clone(), r["failAfter"].clone()), (json!("5m"), json!(2), Value::Null));
+    let (_, key) = post(&app, &ctx.cookie, "/api/v1/keys", json!({ "label": "p" })).await;
+    let key = key["rawKey"].as_str().unwrap().to_owned();
+    let ts = streamwatch::time::iso_ms(now_ms() - 60_000);
+    for (session, events) in [
+        ("ok-1", json!([{ "type": "playback_start", "ts": ts, "payload": { "positionMs": 0, "durationMs": 0, "contentId": "c" } }])),
+        ("bad-1", json!([{ "type": "error", "ts": ts, "payload": { "code": "E", "message": "m", "fatal": true } }])),
+    ] {
+        let r = app.http.post(app.url("/api/v1/telemetry")).bearer_auth(&key).header("user-agent", "curl/8")
+            .json(&json!({ "apiKey": key, "sessionId": session, "events": events })).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
+    analytics::Refresher::new(app.state.analytics.clone()).step().await.unwrap();
+    let evaluate = || async {
+        app.state.alerts.evaluate_scheduled(&app.state.analytics, &app.state.streams, now_ms()).await.unwrap();
+    };
+    evaluate().await;
+    let got = hook.wait_for(1, LIMIT).await;
+    let body = got[0].json();
+    assert_eq!(body["type"], "incident.firing");
+    let inc = &body["data"]["incidents"][0];
+    assert_eq!(inc["kind"], "qoe");
+    assert_eq!(inc["streamId"], Value::Null);
+    assert_eq!(inc["detail"], "playbackFailurePct 50 > 10 over 5m (2 views)");
+    evaluate().await;
+    assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 1, "still firing: no second notice");
+
+    // A reminder once remindEvery has passed since the last notice.
+    sqlx::query("UPDATE alert_incidents SET reminded_at = reminded_at - 300000")
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    evaluate().await;
+    let got = hook.wait_for(2, LIMIT).await;
+    assert_eq!(got[1].json()["type"], "incident.reminder");
+
+    // Needing more views than there are: no longer crosses, so it resolves.
+    let (s, _) = parts(app.patch(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "minViews": 3 })).await).await;
+    assert_eq!(s, StatusCode::OK);
+    evaluate().await;
+    let got = hook.wait_for(3, LIMIT).await;
+    assert_eq!(got[2].json()["type"], "incident.resolved");
+    app.shutdown().await;
+}
+
+async fn deleting_a_rule_resolves_its_incident(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "h", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    let r = rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "failAfter": 1, "channelIds": [ch["id"]] })).await;
+    ctx.probe(&ctx.stream_id, false).await;
+    hook.wait_for(1, LIMIT).await;
+    let s = app.delete(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&ctx.cookie)).await.status();
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let got = hook.wait_for(2, LIMIT).await;
+    assert_eq!(got[1].json()["type"], "incident.resolved");
+    let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents").await;
+    assert_eq!(incidents["items"][0]["state"], "resolved");
+    assert_eq!(incidents["items"][0]["ruleName"], "down");
+    app.shutdown().await;
+}
+
+async fn bad_bodies_are_400s_and_others_things_are_404s(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let cases: Vec<(&str, Value, Value)> = vec![
+        ("/api/v1/alerts/channels", json!({}), json!({ "name": "Required", "type": "Required" })),
+        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "sms" }),
+            json!({ "type": "Invalid enum value. Expected 'webhook' | 'slack' | 'discord' | 'pagerduty', received 'sms'" })),
+        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook" }), json!({ "url": "Required" })),
+        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "pagerduty" }), json!({ "routingKey": "Required" })),
+        ("/api/v1/alerts/channels", json!({ "name": "", "type": "slack", "url": hook.url, "groupWindow": "11m" }),
+            json!({ "name": "String must contain at least 1 character(s)", "groupWindow": "Must be between 0s and 10m" })),
+        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "slack", "url": hook.url, "groupWindow": "soon" }),
+            json!({ "groupWindow": "Invalid duration: use <n>s, <n>m, <n>h or <n>d (e.g. 30s, 5m)" })),
+        ("/api/v1/alerts/channels", json!({ "name": 5, "type": "slack", "url": 7 }),
+            json!({ "name": "Expected string, received number", "url": "Expected string, received number" })),
+        ("/api/v1/alerts/rules", json!({}),
+            json!({ "channelIds": "Array must contain at least 1 element(s)", "kind": "Required", "name": "Required" })),
+        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "streamId": "nosuchstream", "failAfter": 0, "channelIds": ["nope"] }),
+            json!({ "channelIds": "Unknown channel: nope", "failAfter": "Number must be greater than or equal to 1" })),
+        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "views", "channelIds": [] }),
+            json!({ "channelIds": "Array must contain at least 1 element(s)", "metric": "views is a count, not a quality metric: choose another", "op": "Required", "threshold": "Required" })),
+        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "op": ">=", "threshold": "5", "window": "30s", "remindEvery": "1m", "filter": ["country:FR"] }),
+            json!({ "op": "Invalid enum value. Expected '>' | '<', received '>='", "threshold": "Expected number, received string", "window": "Must be between 1m and 24h", "remindEvery": "Must be at least 5m" })),
+        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "metric": "rebufferPct", "channelIds": ["nope"] }),
+            json!({ "channelIds": "Unknown channel: nope", "metric": "Only qoe rules have metric" })),
+    ];
+    for (path, body, errors) in cases {
+        let (s, b) = post(&app, &ctx.cookie, path, body.clone()).await;
+        assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": errors })), "{body}");
+    }
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "mine", "type": "slack", "url": hook.url })).await;
+    let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "streamId": "nosuchstream", "channelIds": [ch["id"]] })).await;
+    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "streamId": "Stream not found" } })));
+    let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "op": ">", "threshold": 1, "filter": ["country:FR"], "channelIds": [ch["id"]] })).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(b["errors"]["filter"].as_str().unwrap().starts_with("Invalid filter 'country:FR'"), "{b}");
+    let r = rule(&app, &ctx.cookie, json!({ "name": "r", "kind": "stream", "channelIds": [ch["id"]] })).await;
+    let (s, b) = parts(app.patch(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "kind": "qoe" })).await).await;
+    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "kind": "The kind of a rule cannot change" } })));
+
+    // Another user's channel is not theirs to use, see or change.
+    let other = app.user("other-alerts@example.com").await;
+    let (s, b) = post(&app, &other, "/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "channelIds": [ch["id"]] })).await;
+    assert_eq!((s, b["errors"]["channelIds"].clone()), (StatusCode::BAD_REQUEST, json!(format!("Unknown channel: {}", ch["id"].as_str().unwrap()))));
+    let id = ch["id"].as_str().unwrap();
+    for (status, path) in [
+        (app.patch(&format!("/api/v1/alerts/channels/{id}"), Some(&other), json!({ "name": "x" })).await.status(), "patch"),
+        (app.delete(&format!("/api/v1/alerts/channels/{id}"), Some(&other)).await.status(), "delete"),
+        (app.post(&format!("/api/v1/alerts/channels/{id}/test"), Some(&other), json!({})).await.status(), "test"),
+        (app.delete(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&other)).await.status(), "rule"),
+        (app.post("/api/v1/alerts/deliveries/nosuch/resend", Some(&other), json!({})).await.status(), "resend"),
+    ] {
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+    assert!(get(&app, &other, "/api/v1/alerts/channels").await.1["items"].as_array().unwrap().is_empty());
+    for path in ["/api/v1/alerts/incidents?limit=0", "/api/v1/alerts/incidents?state=open", "/api/v1/alerts/deliveries?status=lost&before=yesterday"] {
+        let (s, b) = get(&app, &ctx.cookie, path).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {b}");
+    }
+    let (_, b) = get(&app, &ctx.cookie, "/api/v1/alerts/deliveries?status=lost&before=yesterday").await;
+    assert_eq!(b, json!({ "errors": { "before": "Invalid datetime", "status": "Invalid enum value. Expected 'pending' | 'sent' | 'failed' | 'dead', received 'lost'" } }));
+    // Without a session: 401.
+    assert_eq!(app.get("/api/v1/alerts/rules", None).await.status(), StatusCode::UNAUTHORIZED);
+    app.shutdown().await;
+}
+
+macro_rules! on_both_engines {
+    ($($case:ident),* $(,)?) => {
+        $(
+            mod $case {
+                use super::*;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$case(spawn(Engine::Sqlite).await).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$case(spawn(Engine::Postgres).await).await
+                }
+            }
+        )*
+    };
+}
+
+on_both_engines!(
+    a_stream_rule_fires_once_after_fail_after_and_resolves_after_recover_after,
+    a_receiver_that_fails_twice_gets_the_same_webhook_id_three_times,
+    a_410_disables_the_channel,
+    an_outage_of_many_streams_is_one_delivery,
+    pagerduty_triggers_and_resolves_with_one_dedup_key,
+    rotation_signs_with_both_secrets_for_a_day,
+    qoe_rules_fire_resolve_and_remind,
+    deleting_a_rule_resolves_its_incident,
+    bad_bodies_are_400s_and_others_things_are_404s,
+);
+
+mod refused_targets {
+    use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        a_refused_target_is_refused_at_save_and_at_send_with_no_connection(spawn_with_allow(Engine::Sqlite, "127.0.0.1/32").await).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        a_refused_target_is_refused_at_save_and_at_send_with_no_connection(spawn_with_allow(Engine::Postgres, "127.0.0.1/32").await).await
+    }
+}

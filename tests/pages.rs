@@ -1,0 +1,359 @@
+//! The dashboard's pages over real HTTP (decisions.md §13): the session gate and its `next`,
+//! HTML with the page CSP, escaping of stored text, 404 pages, and every page rendering the
+//! data of both relational engines. The browser side (module, charts, forms, axe) is
+//! `web/test/dashboard-e2e.mjs`.
+
+mod common;
+
+use common::{spawn_quiet, Engine, TestApp};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use streamwatch::probes::{NewProbe, ProbeStatus, Probes};
+use streamwatch::states::AnomalyClass;
+use streamwatch::time::now_ms;
+
+async fn spawn(engine: Engine) -> TestApp {
+    spawn_quiet(engine, |_| {}).await
+}
+
+/// A client that does not follow redirects.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+async fn page(
+    app: &TestApp,
+    path: &str,
+    cookie: Option<&str>,
+) -> (StatusCode, String, reqwest::header::HeaderMap) {
+    let mut req = no_redirects().get(app.url(path));
+    if let Some(c) = cookie {
+        req = req.header("cookie", format!("auth.session_token={c}"));
+    }
+    let r = req.send().await.expect("send");
+    let status = r.status();
+    let headers = r.headers().clone();
+    (status, r.text().await.expect("body"), headers)
+}
+
+const PAGES: [&str; 8] = [
+    "/app",
+    "/app/streams",
+    "/app/agents",
+    "/app/qoe",
+    "/app/views",
+    "/app/keys",
+    "/app/qoe?range=7d&filter=browser:Chrome&metric=rebufferPct&by=os",
+    "/app/streams?q=main&status=failing&page=2",
+];
+
+async fn without_a_session_every_page_redirects_to_login_with_next(app: TestApp) {
+    for (path, location) in [
+        ("/app", "/login"),
+        ("/app/streams", "/login?next=%2Fapp%2Fstreams"),
+        (
+            "/app/streams?q=a%20b&status=failing",
+            "/login?next=%2Fapp%2Fstreams%3Fq%3Da%2520b%26status%3Dfailing",
+        ),
+        (
+            "/app/views/some-session",
+            "/login?next=%2Fapp%2Fviews%2Fsome-session",
+        ),
+        ("/app/no/such/page", "/login?next=%2Fapp%2Fno%2Fsuch%2Fpage"),
+    ] {
+        let (s, _, h) = page(&app, path, None).await;
+        assert_eq!(s, StatusCode::FOUND, "{path}");
+        assert_eq!(h["location"], location, "{path}");
+    }
+    // A cookie that names no session is no session.
+    let (s, _, h) = page(&app, "/app/keys", Some("forged.value")).await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (StatusCode::FOUND, "/login?next=%2Fapp%2Fkeys")
+    );
+    app.shutdown().await;
+}
+
+async fn login_and_signup_pages_carry_only_same_origin_next(app: TestApp) {
+    let (s, html, h) = page(&app, "/login?next=%2Fapp%2Fkeys", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h["content-type"], "text/html; charset=utf-8");
+    assert!(h["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("script-src 'self'"));
+    assert!(
+        html.contains(r#"action="/api/auth/sign-in/email" data-redirect="/app/keys""#),
+        "{html}"
+    );
+    assert!(html.contains(r#"href="/signup?next=%2Fapp%2Fkeys""#));
+    for evil in [
+        "https://evil.example/",
+        "//evil.example",
+        "/\\evil.example",
+        "javascript:alert(1)",
+    ] {
+        let (_, html, _) = page(&app, &format!("/login?next={}", urlencode(evil)), None).await;
+        assert!(html.contains(r#"data-redirect="/app""#), "{evil}");
+        assert!(!html.contains("evil.example"), "{evil}");
+    }
+    let (s, html, _) = page(&app, "/signup", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(html.contains(r#"action="/api/auth/sign-up/email" data-redirect="/app""#));
+
+    // Signed in already: straight on to next.
+    let cookie = app.user("pages-login@example.com").await;
+    let (s, _, h) = page(&app, "/login?next=%2Fapp%2Fviews", Some(&cookie)).await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (StatusCode::FOUND, "/app/views")
+    );
+    let (s, _, h) = page(
+        &app,
+        "/signup?next=https%3A%2F%2Fevil.example",
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (StatusCode::FOUND, "/app")
+    );
+    app.shutdown().await;
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+async fn every_page_renders_html_with_the_csp(app: TestApp) {
+    let cookie = app.user("pages@example.com").await;
+    // Empty: every page says what to do next.
+    for path in PAGES {
+        let (s, html, h) = page(&app, path, Some(&cookie)).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {html}");
+        assert_eq!(h["content-type"], "text/html; charset=utf-8", "{path}");
+        assert_eq!(h["cache-control"], "no-store", "{path}");
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+            "{path}"
+        );
+        assert!(
+            html.contains(r#"<script type="module" src="/assets/app.js"></script>"#),
+            "{path}"
+        );
+        // No inline script or style anywhere.
+        assert_eq!(html.matches("<script").count(), 1, "{path}");
+        assert!(!html.contains("style="), "{path}");
+        assert!(html.contains("pages@example.com"), "{path}");
+    }
+    let (_, html, _) = page(&app, "/app/streams", Some(&cookie)).await;
+    assert!(html.contains("No stream yet"), "{html}");
+    let (_, html, _) = page(&app, "/app/keys", Some(&cookie)).await;
+    assert!(html.contains("No key yet"));
+    let (_, html, _) = page(&app, "/app/views", Some(&cookie)).await;
+    assert!(html.contains("No views in this range"));
+
+    // With data: a stream (named to try escaping), probes, a key, a view.
+    let r = app
+        .post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": "http://127.0.0.1:9/live.m3u8", "name": "<script>alert(1)</script> & co" }),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let stream: serde_json::Value = r.json().await.unwrap();
+    let id = stream["id"].as_str().unwrap().to_owned();
+    let probes = Probes::new(app.state.db.clone());
+    let now = now_ms();
+    // All three in the current hour, so its strip cell is "partly down" whenever the test runs.
+    let hour = streamwatch::streams::uptime::hour_of(now);
+    for (i, status) in [
+        ProbeStatus::Healthy,
+        ProbeStatus::Failing,
+        ProbeStatus::Failing,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        probes
+            .record(&NewProbe {
+                stream_id: id.clone(),
+                status,
+                anomaly_class: if status == ProbeStatus::Healthy {
+                    AnomalyClass::NoAnomaly
+                } else {
+                    AnomalyClass::ServerError
+                },
+                latency_ms: 120 + i as i64,
+                http_status: Some(if status == ProbeStatus::Healthy {
+                    200
+                } else {
+                    503
+                }),
+                detail: "HTTP 503 <b>".into(),
+                created_at: hour + i as i64 * 1_000,
+                playable: status == ProbeStatus::Healthy,
+                last_action: "alerted on-call".into(),
+                next_probe_at: now + 30_000,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let r = app
+        .post(
+            "/api/v1/keys",
+            Some(&cookie),
+            json!({ "label": "web <player>" }),
+        )
+        .await;
+    let key: serde_json::Value = r.json().await.unwrap();
+    let raw = key["rawKey"].as_str().unwrap();
+    let ts = streamwatch::time::iso_ms(now - 30_000);
+    let r = app
+        .http
+        .post(app.url("/api/v1/telemetry"))
+        .bearer_auth(raw)
+        .json(&json!({ "apiKey": raw, "sessionId": "page-view-1", "context": { "src": "http://127.0.0.1:9/live.m3u8" }, "events": [
+            { "type": "playback_start", "ts": ts, "payload": { "positionMs": 0, "durationMs": 0, "contentId": "movie <1>", "startupMs": 900 } }
+        ] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    analytics::Refresher::new(app.state.analytics.clone())
+        .step()
+        .await
+        .unwrap();
+
+    for path in PAGES.iter().copied().chain([
+        format!("/app/streams/{id}").as_str(),
+        "/app/views/page-view-1",
+    ]) {
+        let (s, html, _) = page(&app, path, Some(&cookie)).await;
+        assert_eq!(s, StatusCode::OK, "{path}");
+        assert!(
+            !html.contains("<script>alert"),
+            "{path}: stored text must be escaped"
+        );
+        assert!(
+            !html.contains("<b>") && !html.contains("<player>") && !html.contains("movie <1>"),
+            "{path}"
+        );
+    }
+    let (_, html, _) = page(&app, "/app/streams", Some(&cookie)).await;
+    assert!(
+        html.contains("&#60;script&#62;alert(1)&#60;/script&#62; &#38; co"),
+        "{html}"
+    );
+    assert!(html.contains(r#"<span class="badge badge-failing">failing</span>"#));
+    assert!(html.contains("122 ms"), "latest probe latency");
+    assert!(
+        html.contains(r#"class="cell-degraded""#),
+        "the current hour is partly down: {html}"
+    );
+    let (_, html, _) = page(&app, "/app", Some(&cookie)).await;
+    assert!(
+        html.contains("alerted on-call"),
+        "needs attention lists the failing stream"
+    );
+    assert!(
+        html.contains(r#"<span class="tile-value">1</span>"#),
+        "one view in the tiles"
+    );
+    let (_, html, _) = page(&app, &format!("/app/streams/{id}"), Some(&cookie)).await;
+    assert!(html.contains(&format!(
+        r#"data-src="/api/v1/streams/{id}/timeline?granularity=hour""#
+    )));
+    assert!(html.contains("alerted on-call"));
+    let (_, html, _) = page(&app, "/app/views", Some(&cookie)).await;
+    assert!(
+        html.contains("movie &#60;1&#62;")
+            && html.contains(&format!(r#"href="/app/streams/{id}""#)),
+        "{html}"
+    );
+    let (_, html, _) = page(&app, "/app/views/page-view-1", Some(&cookie)).await;
+    assert!(
+        html.contains("900 ms") && html.contains("playback_start"),
+        "{html}"
+    );
+    let (_, html, _) = page(&app, "/app/keys", Some(&cookie)).await;
+    assert!(
+        html.contains("web &#60;player&#62;")
+            && html.contains(&format!("{}/api/v1/telemetry", app.base)),
+        "{html}"
+    );
+    let (_, html, _) = page(&app, "/app/agents?severity=critical", Some(&cookie)).await;
+    assert_eq!(
+        html.matches(r#"<span class="badge badge-failing">critical</span>"#)
+            .count(),
+        2,
+        "{html}"
+    );
+
+    // Another user sees the shared streams but not this user's views or keys.
+    let other = app.user("pages-other@example.com").await;
+    let (_, html, _) = page(&app, "/app/views", Some(&other)).await;
+    assert!(html.contains("No views in this range"));
+    let (_, html, _) = page(&app, "/app/keys", Some(&other)).await;
+    assert!(html.contains("No key yet"));
+    let (_, html, _) = page(&app, "/app/views/page-view-1", Some(&other)).await;
+    assert!(html.contains("Not found"));
+    app.shutdown().await;
+}
+
+async fn unknown_things_are_404_pages(app: TestApp) {
+    let cookie = app.user("pages-404@example.com").await;
+    for path in [
+        "/app/streams/nosuchstream",
+        "/app/streams/%00",
+        "/app/views/nosuchview",
+        "/app/views/%00",
+        "/app/nope",
+        "/app/streams/a/b",
+    ] {
+        let (s, html, h) = page(&app, path, Some(&cookie)).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(h["content-type"], "text/html; charset=utf-8", "{path}");
+        assert!(html.contains("<h1>Not found</h1>"), "{path}: {html}");
+    }
+    // Pages are GET only; other methods get the JSON 404 of every unknown route.
+    let r = no_redirects()
+        .request(Method::POST, app.url("/app/streams"))
+        .header("cookie", format!("auth.session_token={cookie}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    app.shutdown().await;
+}
+
+macro_rules! on_both_engines {
+    ($($case:ident),* $(,)?) => {
+        $(
+            mod $case {
+                use super::*;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$case(spawn(Engine::Sqlite).await).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$case(spawn(Engine::Postgres).await).await
+                }
+            }
+        )*
+    };
+}
+
+on_both_engines!(
+    without_a_session_every_page_redirects_to_login_with_next,
+    login_and_signup_pages_carry_only_same_origin_next,
+    every_page_renders_html_with_the_csp,
+    unknown_things_are_404_pages,
+);

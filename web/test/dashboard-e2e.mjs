@@ -1,0 +1,375 @@
+//! End-to-end test of the operator dashboard against the real service: Debian's Chromium
+//! (playwright-core) signs up through /signup, adds a stream on a local HLS origin, sees its
+//! first probe on the streams page and its detail chart, mints an API key, plays HLS with the
+//! SDK on the demo page with that key, finds the view on the views page and the QoE tiles
+//! changed, then revokes the key. Every page is checked with axe-core (no serious or critical
+//! violation) in light and in dark mode, for horizontal overflow at 375 px, and screenshotted
+//! (light and dark) into target/screenshots/dashboard/. Any console error, page error or CSP
+//! violation fails the test.
+//!
+//! Env: STREAMWATCH_BIN (default ../target/debug/streamwatch from web/), CHROMIUM_BIN
+//! (/usr/bin/chromium), FFMPEG_BIN (/usr/bin/ffmpeg), E2E_KEEP=1 (keep temp files).
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { makeHls, serveStatic } from '../../sdk/test/e2e/media.mjs';
+
+const webRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const repoRoot = resolve(webRoot, '..');
+const env = process.env;
+const BIN = resolve(webRoot, env.STREAMWATCH_BIN || '../target/debug/streamwatch');
+const SHOTS = join(repoRoot, 'target/screenshots/dashboard');
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--autoplay-policy=no-user-gesture-required',
+];
+
+const results = [];
+const diagnostics = [];
+const cleanups = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const assert = (cond, msg) => {
+  if (!cond) throw new Error(msg);
+};
+
+async function check(name, fn) {
+  const t0 = Date.now();
+  try {
+    const value = await fn();
+    results.push({ name, ok: true });
+    console.log(`  ok    ${name} (${Date.now() - t0} ms)`);
+    return value;
+  } catch (e) {
+    results.push({ name, ok: false });
+    console.log(`  FAIL  ${name}: ${e && e.message}`);
+    throw e;
+  }
+}
+
+/** Polls `fn` until it returns something truthy; the deadline only bounds a broken run. */
+async function waitFor(what, fn, timeoutMs, everyMs = 250) {
+  const end = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < end) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await sleep(everyMs);
+  }
+  throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${last.message})` : ''}`);
+}
+
+const freePort = () =>
+  new Promise((res, rej) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+    s.on('error', rej);
+  });
+
+async function startStreamwatch(dataDir) {
+  assert(existsSync(BIN), `no streamwatch binary at ${BIN} (cargo build, or set STREAMWATCH_BIN)`);
+  const port = await freePort();
+  // Loopback origins may be registered (the test's media server); views refresh every second.
+  const args = [
+    'serve', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '', '--data-dir', dataDir,
+    '--auth-rate-limit', 'off', '--allow-private', '127.0.0.0/8', '--qoe-refresh', '1s',
+  ];
+  const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, NO_COLOR: '1' } });
+  const out = [];
+  const keep = (chunk) => out.push(...String(chunk).split('\n').filter(Boolean)) && out.splice(0, Math.max(0, out.length - 60));
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  let exited = null;
+  child.on('exit', (code, signal) => (exited = `exited with ${code ?? signal}`));
+  diagnostics.push(() => [`streamwatch ${exited || 'running'}; last output:`, ...out]);
+  cleanups.push(async () => {
+    if (exited) return;
+    child.kill('SIGTERM');
+    await Promise.race([new Promise((r) => child.once('exit', r)), sleep(5000)]);
+    if (!exited) child.kill('SIGKILL');
+  });
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor('GET /readyz 200', async () => {
+    assert(!exited, `streamwatch ${exited}`);
+    return (await fetch(`${url}/readyz`)).status === 200;
+  }, 60_000);
+  return url;
+}
+
+async function main() {
+  console.log('dashboard e2e: real Chromium, real streamwatch');
+  const tmp = mkdtempSync(join(tmpdir(), 'dashboard-e2e-'));
+  cleanups.push(() => (env.E2E_KEEP === '1' ? console.log(`  note  kept ${tmp}`) : rmSync(tmp, { recursive: true, force: true })));
+  mkdirSync(SHOTS, { recursive: true });
+
+  const media = join(tmp, 'media');
+  await check('ffmpeg makes an 8 s HLS VOD', () => makeHls(media));
+  const statics = await serveStatic({ '/media': media });
+  cleanups.push(statics.close);
+  const src = `${statics.url}/media/master.m3u8`;
+  const base = await check('streamwatch is ready', () => startStreamwatch(join(tmp, 'data')));
+
+  const browser = await chromium.launch({ executablePath: env.CHROMIUM_BIN || '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
+  cleanups.push(() => browser.close());
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, timezoneId: 'Asia/Kolkata', locale: 'en-US' });
+
+  // Every page of this context is watched: console errors, page errors, CSP violations.
+  const problems = [];
+  const logs = [];
+  // Statuses a step provokes on purpose (Chromium logs each failed load as a console error).
+  const provoked = new Set();
+  diagnostics.push(() => ['browser log:', ...logs.slice(-60)]);
+  context.on('page', (page) => watch(page));
+  await context.addInitScript(() =>
+    document.addEventListener('securitypolicyviolation', (e) => console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`)),
+  );
+  function watch(page) {
+    page.on('console', (m) => {
+      logs.push(`[${m.type()}] ${m.text()}`);
+      const status = /^Failed to load resource: the server responded with a status of (\d+)/.exec(m.text());
+      if (status && provoked.has(Number(status[1]))) return;
+      if (m.type() === 'error') problems.push(`${page.url()}: console error: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => problems.push(`${page.url()}: page error: ${e.message}`));
+  }
+  const noProblems = (where) => {
+    assert(problems.length === 0, `${where}: ${problems.join('; ')}`);
+  };
+
+  const page = await context.newPage();
+  const path = () => new URL(page.url()).pathname + new URL(page.url()).search;
+
+  await check('/app without a session goes to /login?next=%2Fapp', async () => {
+    const r = await fetch(`${base}/app/streams?q=x`, { redirect: 'manual' });
+    assert(r.status === 302 && r.headers.get('location') === '/login?next=%2Fapp%2Fstreams%3Fq%3Dx', `${r.status} ${r.headers.get('location')}`);
+    await page.goto(`${base}/app`);
+    assert(path() === '/login', `landed on ${path()}`);
+  });
+
+  await check('the landing page links to sign-in and sign-up', async () => {
+    const landing = await context.newPage();
+    await landing.goto(base + '/');
+    assert(await landing.getByRole('link', { name: 'Sign in' }).count() === 1, 'no Sign in link');
+    assert(await landing.getByRole('link', { name: 'Create an account' }).count() === 1, 'no sign-up link');
+    await landing.close();
+  });
+
+  const email = `ops-${Date.now()}@example.com`;
+  await check('sign up through /signup (a bad password is explained beside its field first)', async () => {
+    await page.getByRole('link', { name: 'Create one' }).click();
+    await page.waitForURL(/\/signup/);
+    await page.getByLabel('Name').fill('Ops');
+    await page.getByLabel('E-mail').fill(email);
+    await page.getByLabel('Password').fill('short');
+    provoked.add(400);
+    // The browser's own minlength check would stop the request: lift it to see the server's message.
+    await page.$eval('#password', (el) => el.removeAttribute('minlength'));
+    await page.getByRole('button', { name: 'Create account' }).click();
+    await page.getByText('Password too short').waitFor();
+    provoked.delete(400);
+    await page.getByLabel('Password').fill('correct-horse-battery');
+    await page.getByRole('button', { name: 'Create account' }).click();
+    await page.waitForURL(`${base}/app`);
+    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    noProblems('sign-up');
+  });
+
+  const tileValue = (label) =>
+    page.locator('.tile', { has: page.locator('.tile-label', { hasText: new RegExp(`^${label}$`) }) }).locator('.tile-value').innerText();
+  const viewsBefore = await check('the overview shows the QoE tiles (no views yet)', async () => {
+    const v = await tileValue('Views');
+    assert(v === '0', `Views tile ${v}`);
+    return v;
+  });
+
+  const streamId = await check('add a stream on a local origin: an SSRF refusal shows inline, then the stream page opens', async () => {
+    await page.goto(`${base}/app/streams`);
+    await page.getByLabel('Manifest URL').fill('http://169.254.169.254/latest/meta-data');
+    provoked.add(400);
+    await page.getByRole('button', { name: 'Add stream' }).click();
+    await page.getByText('Hostname resolves to a private address (169.254.169.254)').waitFor();
+    provoked.delete(400);
+    await page.getByLabel('Manifest URL').fill(src);
+    await page.getByLabel('Name (optional)').fill('E2E media');
+    await page.getByRole('button', { name: 'Add stream' }).click();
+    await page.waitForURL(/\/app\/streams\/[A-Za-z0-9_-]+$/);
+    await page.getByRole('heading', { name: 'E2E media' }).waitFor();
+    noProblems('add stream');
+    return new URL(page.url()).pathname.split('/').pop();
+  });
+
+  await check('the first probe shows on the streams page', async () => {
+    await waitFor('a probe on the streams page', async () => {
+      await page.goto(`${base}/app/streams`);
+      const row = page.locator('tr', { has: page.getByRole('link', { name: 'E2E media' }) });
+      return (await row.locator('time').count()) === 1 && (await row.locator('.badge').innerText()) === 'healthy';
+    }, 30_000, 500);
+  });
+
+  await check('the stream page draws its latency chart from the probe', async () => {
+    await page.goto(`${base}/app/streams/${streamId}`);
+    await page.waitForSelector('figure[data-chart="latency"][data-chart-state="drawn"]', { timeout: 15_000 });
+    await page.waitForSelector('figure[data-chart="timeline"][data-chart-state]:not([data-chart-state="loading"])');
+    noProblems('stream page');
+  });
+
+  const rawKey = await check('mint a key: the raw key is shown once, with an SDK snippet for this server', async () => {
+    await page.goto(`${base}/app/keys`);
+    await page.getByLabel('Label').fill('e2e player');
+    await page.getByRole('button', { name: 'Mint key' }).click();
+    const key = await page.locator('.reveal #raw-key').innerText();
+    assert(/^svc_/.test(key), `raw key ${key}`);
+    const snippet = await page.locator('.reveal #sdk-snippet').innerText();
+    assert(snippet.includes(key) && snippet.includes(`${base}/api/v1/telemetry`), `snippet ${snippet}`);
+    noProblems('mint');
+    return key;
+  });
+
+  let sessionId;
+  await check('the SDK on the demo page plays HLS with that key', async () => {
+    const demo = await context.newPage();
+    await demo.goto(`${base}/demo/player.html?${new URLSearchParams({ src, key: rawKey, content: 'e2e-dashboard' })}`);
+    await demo.waitForFunction(() => window.__sw && window.__sw.video.currentTime > 0.3, null, { timeout: 30_000 });
+    sessionId = await demo.evaluate(() => window.__sw.telemetry.sessionId);
+    await demo.waitForFunction(() => window.__sw.video.ended, null, { timeout: 45_000 });
+    await demo.close();
+    noProblems('demo player');
+  });
+
+  await check('the view shows on the views page, and its page shows its events', async () => {
+    await waitFor('the view on /app/views', async () => {
+      await page.goto(`${base}/app/views`);
+      return (await page.locator('tbody tr', { hasText: 'e2e-dashboard' }).count()) === 1;
+    }, 30_000, 500);
+    const row = page.locator('tbody tr', { hasText: 'e2e-dashboard' });
+    assert((await row.getByRole('link', { name: 'E2E media' }).count()) === 1, 'the view is not linked to its stream');
+    await row.locator('a').first().click();
+    await page.waitForURL(/\/app\/views\//);
+    await page.getByRole('cell', { name: 'playback_start' }).first().waitFor();
+    noProblems('views');
+  });
+
+  await check('the QoE tiles changed', async () => {
+    await waitFor('Views tile past 0', async () => {
+      await page.goto(`${base}/app`);
+      return (await tileValue('Views')) !== viewsBefore;
+    }, 30_000, 500);
+    assert((await tileValue('Views')) === '1', `Views tile ${await tileValue('Views')}`);
+  });
+
+  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/streams/nosuchstream'];
+  await check('every page: axe finds no serious or critical violation (light and dark), no overflow at 375 px; screenshots saved', async () => {
+    const failures = [];
+    for (const scheme of ['light', 'dark']) {
+      for (const width of [1280, 375]) {
+        await page.setViewportSize({ width, height: 900 });
+        await page.emulateMedia({ colorScheme: scheme });
+        for (const p of [...pages, 'signed-out:/login', 'signed-out:/signup']) {
+          let target = page;
+          let url = p;
+          if (p.startsWith('signed-out:')) {
+            url = p.slice('signed-out:'.length);
+            const ctx = await browser.newContext({ viewport: { width, height: 900 }, colorScheme: scheme });
+            target = await ctx.newPage();
+            watch(target);
+          }
+          if (url.endsWith('nosuchstream')) provoked.add(404);
+          await target.goto(base + url);
+          provoked.delete(404);
+          await target.waitForFunction(() => Array.from(document.querySelectorAll('figure[data-chart]')).every((f) => f.dataset.chartState && f.dataset.chartState !== 'loading'));
+          const name = `${(url.replace(/^\/app\/?/, '').replace(/^\//, '') || 'overview').replace(/[^a-z0-9]+/gi, '-')}-${scheme}${width === 375 ? '-375' : ''}.png`;
+          await target.screenshot({ path: join(SHOTS, name), fullPage: true });
+          if (width === 375) {
+            const overflow = await target.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+            if (overflow > 0) failures.push(`${url} (${scheme}) overflows 375 px by ${overflow} px`);
+          } else {
+            await target.evaluate(axeSource);
+            const violations = await target.evaluate(async () => {
+              const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } });
+              return r.violations
+                .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+                .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+            });
+            failures.push(...violations.map((v) => `${url} (${scheme}): ${v}`));
+          }
+          if (target !== page) await target.context().close();
+        }
+      }
+    }
+    await page.setViewportSize({ width: 1280, height: 900 });
+    await page.emulateMedia({ colorScheme: 'light' });
+    assert(failures.length === 0, failures.join('\n        '));
+    console.log(`        screenshots in ${SHOTS}`);
+    noProblems('page checks');
+  });
+
+  await check('revoke the key with the confirm dialog; the SDK’s next batch is refused', async () => {
+    await page.goto(`${base}/app/keys`);
+    await page.getByRole('button', { name: 'Revoke e2e player' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+    await waitFor('the key marked revoked', async () => {
+      await page.goto(`${base}/app/keys`);
+      return (await page.locator('tr', { hasText: 'e2e player' }).locator('.badge').innerText()) === 'revoked';
+    }, 10_000);
+    const r = await fetch(`${base}/api/v1/telemetry`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${rawKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ apiKey: rawKey, sessionId: 'after-revoke', events: [{ type: 'error', ts: new Date().toISOString(), payload: { code: 'X', message: 'x', fatal: false } }] }),
+    });
+    assert(r.status === 401, `telemetry after revoke answered ${r.status}`);
+    noProblems('revoke');
+  });
+
+  await check('sign out, then sign in lands on next', async () => {
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL(`${base}/login`);
+    await page.goto(`${base}/app/keys`);
+    await page.waitForURL(`${base}/login?next=%2Fapp%2Fkeys`);
+    await page.getByLabel('E-mail').fill(email);
+    await page.getByLabel('Password').fill('correct-horse-battery');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(`${base}/app/keys`);
+    noProblems('sign in');
+  });
+}
+
+let failed = false;
+try {
+  await main();
+} catch (e) {
+  failed = true;
+  if (!results.some((r) => !r.ok)) {
+    results.push({ name: 'harness', ok: false });
+    console.log(`  FAIL  ${e && e.stack}`);
+  }
+  for (const d of diagnostics) console.log(d().map((l) => `        ${l}`).join('\n'));
+} finally {
+  for (const c of cleanups.reverse()) {
+    try {
+      await c();
+    } catch {
+      // best effort
+    }
+  }
+}
+const passed = results.filter((r) => r.ok).length;
+console.log(`\ndashboard e2e: ${passed} passed, ${results.length - passed} failed`);
+process.exit(failed || results.some((r) => !r.ok) ? 1 : 0);

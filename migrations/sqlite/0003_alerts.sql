@@ -109,6 +109,8 @@ CREATE TABLE alert_delivery_incidents (
     position    BIGINT NOT NULL,
     PRIMARY KEY (delivery_id, incident_id)
 );
+-- The sender's ordering rule looks deliveries up by incident.
+CREATE INDEX alert_delivery_incidents_incident ON alert_delivery_incidents (incident_id, delivery_id);
 
 CREATE TABLE alert_attempts (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -159,7 +159,10 @@ pub struct Claimed {
 }
 
 /// Leases up to `limit` due deliveries of enabled channels until `lease_until`, oldest due
-/// first. The caller freezes a body that is still `None` ([`freeze`]).
+/// first. A delivery waits while an older delivery to the same channel about one of its
+/// incidents is still pending, so a receiver never sees an incident resolve before it fired
+/// (PagerDuty would keep the incident open); unrelated incidents are not held up. The caller
+/// freezes a body that is still `None` ([`freeze`]).
 pub async fn claim(
     db: &Db,
     now: i64,
@@ -176,7 +179,13 @@ pub async fn claim(
              SELECT d.id FROM alert_deliveries d JOIN alert_channels c ON c.id = d.channel_id \
              WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND d.lease_until <= $1 \
                AND c.enabled = 1 \
-             ORDER BY d.next_attempt_at LIMIT $3{lock}) \
+               AND NOT EXISTS ( \
+                 SELECT 1 FROM alert_delivery_incidents di \
+                 JOIN alert_delivery_incidents oi ON oi.incident_id = di.incident_id \
+                 JOIN alert_deliveries o ON o.id = oi.delivery_id \
+                 WHERE di.delivery_id = d.id AND o.channel_id = d.channel_id \
+                   AND o.status = 'pending' AND o.seq < d.seq) \
+             ORDER BY d.next_attempt_at, d.seq LIMIT $3{lock}) \
          RETURNING id, channel_id, webhook_id, attempts, body"
     );
     Ok(sqlx::query_as(&sql)

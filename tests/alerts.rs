@@ -559,6 +559,70 @@ async fn bad_bodies_are_400s_and_others_things_are_404s(app: TestApp) {
     app.shutdown().await;
 }
 
+/// The rule, `playbackFailurePct > 5` over `5m` with `minViews` 25, on a synthetic
+/// fleet: 24 views at 17 % failures stay quiet (too few views), 40 views at 10 % fire once
+/// (two evaluators racing, as two instances would), 100 views at 4 % resolve.
+async fn a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let ch = channel(&app, &ctx.cookie, json!({ "name": "fleet", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    rule(&app, &ctx.cookie, json!({
+        "name": "Failures over 5 %", "kind": "qoe", "metric": "playbackFailurePct", "op": ">",
+        "threshold": 5, "window": "5m", "minViews": 25, "channelIds": [ch["id"]]
+    }))
+    .await;
+    let (_, key) = post(&app, &ctx.cookie, "/api/v1/keys", json!({ "label": "fleet" })).await;
+    let key = key["rawKey"].as_str().unwrap().to_owned();
+    let ts = streamwatch::time::iso_ms(now_ms() - 60_000);
+    let mut views = 0;
+    let mut add = |ok: usize, failed: usize| {
+        let batches: Vec<(String, Value)> = (0..ok + failed)
+            .map(|i| {
+                views += 1;
+                let event = if i < failed {
+                    json!({ "type": "error", "ts": ts, "payload": { "code": "E", "message": "m", "fatal": true } })
+                } else {
+                    json!({ "type": "playback_start", "ts": ts, "payload": { "positionMs": 0, "durationMs": 0, "contentId": "c" } })
+                };
+                (format!("fleet-{views}"), event)
+            })
+            .collect();
+        let (app, key) = (&app, &key);
+        async move {
+            for (session, event) in batches {
+                let r = app.http.post(app.url("/api/v1/telemetry")).bearer_auth(key)
+                    .json(&json!({ "apiKey": key, "sessionId": session, "events": [event] })).send().await.unwrap();
+                assert_eq!(r.status(), StatusCode::NO_CONTENT);
+            }
+            analytics::Refresher::new(app.state.analytics.clone()).step().await.unwrap();
+        }
+    };
+    let evaluate = || async {
+        app.state.alerts.evaluate_scheduled(&app.state.analytics, &app.state.streams, now_ms()).await.unwrap();
+    };
+    let state = || async { get(&app, &ctx.cookie, "/api/v1/alerts/rules").await.1["items"][0]["state"].clone() };
+
+    add(20, 4).await;
+    evaluate().await;
+    assert_eq!(state().await, "ok", "24 views: below minViews");
+    assert!(deliveries(&app, &ctx.cookie).await.is_empty());
+
+    add(16, 0).await;
+    tokio::join!(evaluate(), evaluate());
+    assert_eq!(state().await, "firing");
+    let got = hook.wait_for(1, LIMIT).await;
+    assert_eq!(got[0].json()["data"]["incidents"][0]["detail"], "playbackFailurePct 10 > 5 over 5m (40 views)");
+    let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents").await;
+    assert_eq!(incidents["items"].as_array().unwrap().len(), 1, "one incident however many evaluators");
+
+    add(60, 0).await;
+    evaluate().await;
+    let got = hook.wait_for(2, LIMIT).await;
+    assert_eq!(got[1].json()["type"], "incident.resolved");
+    assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 2, "one firing, one resolved");
+    app.shutdown().await;
+}
+
 macro_rules! on_both_engines {
     ($($case:ident),* $(,)?) => {
         $(
@@ -585,6 +649,7 @@ on_both_engines!(
     pagerduty_triggers_and_resolves_with_one_dedup_key,
     rotation_signs_with_both_secrets_for_a_day,
     qoe_rules_fire_resolve_and_remind,
+    a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views,
     deleting_a_rule_resolves_its_incident,
     bad_bodies_are_400s_and_others_things_are_404s,
 );

@@ -78,6 +78,7 @@ pub async fn run(alerts: Alerts, cfg: SenderConfig, mut stop: watch::Receiver<bo
             .execute(&alerts.db.pool)
             .await;
     }
+    check_sealing_key(&alerts).await;
     loop {
         if *stop.borrow() {
             return;
@@ -126,6 +127,25 @@ async fn round(
         })
         .await;
     Ok(n)
+}
+
+/// Instances sharing a PostgreSQL must share `STREAMWATCH_SECRET` (it seals channel secrets):
+/// one that cannot open a stored secret says so at start, not only in each failed delivery.
+async fn check_sealing_key(alerts: &Alerts) {
+    let sample: Result<Option<(String,)>, _> = sqlx::query_as(
+        "SELECT COALESCE(secret_sealed, routing_key_sealed) FROM alert_channels \
+         WHERE secret_sealed IS NOT NULL OR routing_key_sealed IS NOT NULL LIMIT 1",
+    )
+    .fetch_optional(&alerts.db.pool)
+    .await;
+    if let Ok(Some((sealed,))) = sample {
+        if alerts.sealer.open(&sealed).is_err() {
+            tracing::error!(
+                "alert channel secrets were sealed with another STREAMWATCH_SECRET: set the same \
+                 value on every instance, or webhook and PagerDuty deliveries fail"
+            );
+        }
+    }
 }
 
 /// One attempt of one delivery.

@@ -1,7 +1,8 @@
 //! A webhook receiver for the alert tests: a real HTTP/1.1 server on loopback that records
 //! every connection and request and answers from a script (status codes in order, then the
-//! default), optionally holding requests unanswered until released. Hand-written on a
-//! `TcpListener` so it can count connections that never send a request.
+//! default), optionally holding requests unanswered until released (answered) or dropped
+//! (never answered: the sender died waiting). Hand-written on a `TcpListener` so it can count
+//! connections that never send a request.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,6 +40,10 @@ struct State {
     script: VecDeque<u16>,
     default_status: u16,
     retry_after: Option<String>,
+    /// Requests read, answered or not.
+    arrivals: usize,
+    /// Held requests are closed unanswered and unrecorded when released.
+    drop_held: bool,
 }
 
 /// A running receiver.
@@ -108,11 +113,17 @@ impl Receiver {
                         if reader.read_exact(&mut body).await.is_err() {
                             return;
                         }
+                        state.lock().expect("state").arrivals += 1;
+                        arrived.notify_waiters();
                         // Held: the request stays unanswered until released (or the sender
                         // gives up, or dies).
+                        let was_held = *held.borrow();
                         let _ = held.wait_for(|h| !*h).await;
                         let (status, retry_after) = {
                             let mut s = state.lock().expect("state");
+                            if was_held && s.drop_held {
+                                return;
+                            }
                             s.requests.push(Received {
                                 path,
                                 headers,
@@ -163,6 +174,32 @@ impl Receiver {
 
     pub fn release(&self) {
         let _ = self.hold.send(false);
+    }
+
+    /// Ends the hold without answering what was held: those requests are closed unanswered
+    /// and not recorded (their sender is gone); later ones are answered.
+    pub fn release_dropping(&self) {
+        self.state.lock().expect("state").drop_held = true;
+        let _ = self.hold.send(false);
+    }
+
+    /// Requests read so far, answered or held.
+    pub fn arrivals(&self) -> usize {
+        self.state.lock().expect("state").arrivals
+    }
+
+    /// Waits until at least `n` requests have been read (held or answered).
+    pub async fn wait_for_arrivals(&self, n: usize, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.arrived.notified();
+            if self.arrivals() >= n {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("receiver read {} of {n} requests", self.arrivals());
+            }
+        }
     }
 
     pub fn requests(&self) -> Vec<Received> {

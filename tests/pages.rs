@@ -39,13 +39,15 @@ async fn page(
     (status, r.text().await.expect("body"), headers)
 }
 
-const PAGES: [&str; 8] = [
+const PAGES: [&str; 10] = [
     "/app",
     "/app/streams",
     "/app/agents",
     "/app/qoe",
     "/app/views",
     "/app/keys",
+    "/app/alerts",
+    "/app/alerts?before=2026-01-01T00:00:00Z",
     "/app/qoe?range=7d&filter=browser:Chrome&metric=rebufferPct&by=os",
     "/app/streams?q=main&status=failing&page=2",
 ];
@@ -333,6 +335,77 @@ async fn unknown_things_are_404_pages(app: TestApp) {
     app.shutdown().await;
 }
 
+async fn the_alerts_page_lists_incidents_rules_channels_and_deliveries(app: TestApp) {
+    let cookie = app.user("pages-alerts@example.com").await;
+    let (_, html, _) = page(&app, "/app/alerts", Some(&cookie)).await;
+    for empty in ["Nothing is firing.", "No rule yet", "No channel yet", "Nothing sent yet", "A rule needs a channel"] {
+        assert!(html.contains(empty), "{empty}: {html}");
+    }
+    // Nothing listens on port 9: the delivery fails, which the log shows too.
+    let r = app
+        .post(
+            "/api/v1/alerts/channels",
+            Some(&cookie),
+            json!({ "name": "<b>ops</b>", "type": "webhook", "url": "http://127.0.0.1:9/hook/token-in-path", "groupWindow": "0s" }),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let channel: serde_json::Value = r.json().await.unwrap();
+    let r = app
+        .post(
+            "/api/v1/alerts/rules",
+            Some(&cookie),
+            json!({ "name": "down & <out>", "kind": "stream", "streamId": null, "failAfter": 1, "remindEvery": "1h", "channelIds": [channel["id"]] }),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = app
+        .post("/api/v1/streams", Some(&cookie), json!({ "sourceUrl": "http://127.0.0.1:9/a.m3u8", "name": "Main <feed>" }))
+        .await;
+    let stream: serde_json::Value = r.json().await.unwrap();
+    let id = stream["id"].as_str().unwrap().to_owned();
+    Probes::new(app.state.db.clone())
+        .record(&NewProbe {
+            stream_id: id.clone(),
+            status: ProbeStatus::Failing,
+            anomaly_class: AnomalyClass::ServerError,
+            latency_ms: 10,
+            http_status: Some(503),
+            detail: "HTTP 503".into(),
+            created_at: now_ms(),
+            playable: false,
+            last_action: "alerted".into(),
+            next_probe_at: now_ms() + 30_000,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+
+    let (s, html, _) = page(&app, "/app/alerts", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    for want in [
+        "Firing now <span class=\"muted\">(1)</span>",
+        "down &#38; &#60;out&#62;",
+        &format!(r#"<a href="/app/streams/{id}">Main &#60;feed&#62;</a>"#),
+        "1 probe not playable: HTTP 503",
+        "Any stream: fires after 1 unplayable probe in a row, resolves after 2 playable; reminds every 1h",
+        "&#60;b&#62;ops&#60;/b&#62;",
+        &format!(r#"action="/api/v1/alerts/channels/{}/rotate-secret""#, channel["id"].as_str().unwrap()),
+        "<td>firing</td>",
+        "Resend",
+    ] {
+        assert!(html.contains(want), "{want}: {html}");
+    }
+    // The chat-style URL's path (a token) is never printed, only its host.
+    assert!(!html.contains("token-in-path"), "{html}");
+
+    // Another user sees none of it.
+    let other = app.user("pages-alerts-other@example.com").await;
+    let (_, html, _) = page(&app, "/app/alerts", Some(&other)).await;
+    assert!(html.contains("Nothing is firing.") && html.contains("No rule yet") && html.contains("Nothing sent yet"));
+    app.shutdown().await;
+}
+
 macro_rules! on_both_engines {
     ($($case:ident),* $(,)?) => {
         $(
@@ -356,4 +429,5 @@ on_both_engines!(
     login_and_signup_pages_carry_only_same_origin_next,
     every_page_renders_html_with_the_csp,
     unknown_things_are_404_pages,
+    the_alerts_page_lists_incidents_rules_channels_and_deliveries,
 );

@@ -8,6 +8,7 @@
 //! beyond loops and conditions.
 
 pub mod agents;
+pub mod alerts;
 pub mod auth;
 pub mod fmt;
 pub mod keys;
@@ -40,6 +41,7 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/app/views", get(views::list))
         .route("/app/views/{id}", get(views::detail))
         .route("/app/keys", get(keys::page))
+        .route("/app/alerts", get(alerts::page))
         .route("/app/{*rest}", get(not_found))
         .route_layer(middleware::from_fn_with_state(state, require_page_session));
     Router::new()

@@ -2,7 +2,8 @@
 //! (playwright-core) signs up through /signup, adds a stream on a local HLS origin, sees its
 //! first probe on the streams page and its detail chart, mints an API key, plays HLS with the
 //! SDK on the demo page with that key, finds the view on the views page and the QoE tiles
-//! changed, then revokes the key. Every page is checked with axe-core (no serious or critical
+//! changed, adds a signed webhook on the alerts page (verifying the signature of its test
+//! delivery), a stream rule and a secret rotation, then revokes the key. Every page is checked with axe-core (no serious or critical
 //! violation) in light and in dark mode, for horizontal overflow at 375 px, and screenshotted
 //! (light and dark) into target/screenshots/dashboard/. Any console error, page error or CSP
 //! violation fails the test.
@@ -11,8 +12,10 @@
 //! (/usr/bin/chromium), FFMPEG_BIN (/usr/bin/ffmpeg), E2E_KEEP=1 (keep temp files).
 
 import { spawn } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -83,6 +86,24 @@ const freePort = () =>
     });
     s.on('error', rej);
   });
+
+/** A webhook receiver on loopback: records each request's headers and body, answers 200. */
+function startReceiver() {
+  const requests = [];
+  const server = createHttpServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      requests.push({ headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
+      res.writeHead(200).end('ok');
+    });
+  });
+  return new Promise((res) =>
+    server.listen(0, '127.0.0.1', () =>
+      res({ url: `http://127.0.0.1:${server.address().port}/hook`, requests, close: () => new Promise((r) => server.close(r)) }),
+    ),
+  );
+}
 
 async function startStreamwatch(dataDir) {
   assert(existsSync(BIN), `no streamwatch binary at ${BIN} (cargo build, or set STREAMWATCH_BIN)`);
@@ -275,7 +296,44 @@ async function main() {
     assert((await tileValue('Views')) === '1', `Views tile ${await tileValue('Views')}`);
   });
 
-  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/streams/nosuchstream'];
+
+  await check('alerts: a signed webhook (secret shown once) gets a verified test, a stream rule is added, the secret rotates', async () => {
+    const hook = await startReceiver();
+    cleanups.push(hook.close);
+    await page.goto(`${base}/app/alerts`);
+    await page.locator('#wh-name').fill('e2e hook');
+    await page.locator('#wh-url').fill(hook.url);
+    await page.getByRole('button', { name: 'Add webhook' }).click();
+    const secret = await page.locator('.reveal #new-webhook-secret').innerText();
+    assert(/^whsec_[A-Za-z0-9+/=]+$/.test(secret), `secret ${secret}`);
+
+    await page.goto(`${base}/app/alerts`);
+    await page.getByRole('button', { name: 'Send test to e2e hook' }).click();
+    const got = await waitFor('the test delivery at the receiver', () => hook.requests[0], 30_000);
+    const [id, ts] = [got.headers['webhook-id'], got.headers['webhook-timestamp']];
+    const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
+    const expected = createHmac('sha256', key).update(`${id}.${ts}.${got.body}`).digest('base64');
+    assert(got.headers['webhook-signature'].split(' ').includes(`v1,${expected}`), `signature ${got.headers['webhook-signature']}`);
+    assert(JSON.parse(got.body).type === 'test', got.body);
+    await waitFor('the delivery logged as sent', async () => {
+      await page.goto(`${base}/app/alerts`);
+      return (await page.locator('table', { has: page.getByRole('columnheader', { name: 'Attempts' }) }).locator('tbody tr .badge').first().innerText()) === 'sent';
+    }, 30_000, 500);
+
+    await page.locator('#sr-name').fill('E2E down');
+    await page.locator('#sr-stream').selectOption({ label: 'E2E media' });
+    await page.locator('#sr-channels').selectOption({ label: 'e2e hook (webhook)' });
+    await page.getByRole('button', { name: 'Add stream rule' }).click();
+    await page.locator('tr', { hasText: 'E2E down' }).getByText('E2E media: fires after 3 unplayable probes in a row, resolves after 2 playable').waitFor();
+
+    await page.getByRole('button', { name: 'Rotate secret of e2e hook' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Rotate' }).click();
+    const rotated = await page.locator('.reveal code[data-field="secret"]').innerText();
+    assert(/^whsec_/.test(rotated) && rotated !== secret, `rotated ${rotated}`);
+    noProblems('alerts');
+  });
+
+  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/alerts', '/app/streams/nosuchstream'];
   await check('every page: axe finds no serious or critical violation (light and dark), no overflow at 375 px; screenshots saved', async () => {
     const failures = [];
     for (const scheme of ['light', 'dark']) {
@@ -324,7 +382,10 @@ async function main() {
   await check('revoke the key with the confirm dialog; the SDK’s next batch is refused', async () => {
     await page.goto(`${base}/app/keys`);
     await page.getByRole('button', { name: 'Revoke e2e player' }).click();
+    // Navigating while the DELETE is in flight would cancel it: wait for its answer first.
+    const deleted = page.waitForResponse((r) => r.request().method() === 'DELETE' && r.url().includes('/api/v1/keys/'));
     await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+    assert((await deleted).status() === 204, 'DELETE /api/v1/keys/{id} did not answer 204');
     await waitFor('the key marked revoked', async () => {
       await page.goto(`${base}/app/keys`);
       return (await page.locator('tr', { hasText: 'e2e player' }).locator('.badge').innerText()) === 'revoked';

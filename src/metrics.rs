@@ -288,6 +288,16 @@ const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Gauge,
         "Sessions not expired",
     ),
+    (
+        "streamwatch_alert_deliveries_total",
+        Kind::Counter,
+        "Alert delivery attempts by outcome: sent, retry, failed, dead",
+    ),
+    (
+        "streamwatch_alert_delivery_duration_seconds",
+        Kind::Histogram,
+        "Time of one alert delivery attempt",
+    ),
 ];
 
 /// Help texts and units of every metric, as Prometheus shows them.

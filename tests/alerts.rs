@@ -283,6 +283,11 @@ async fn a_410_disables_the_channel(app: TestApp) {
     // The resolve finds the channel off: no delivery, no request.
     ctx.probe(&ctx.stream_id, true).await;
     assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 1);
+    // A test or a resend while it is off is dead at once, saying why (never pending forever).
+    let (s, t) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/test", ch["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!((s, t["status"].clone(), t["lastError"].clone()), (StatusCode::ACCEPTED, json!("dead"), json!("channel disabled: enable it, then resend")));
+    let (s, r) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/deliveries/{id}/resend"), json!({})).await;
+    assert_eq!((s, r["status"].clone()), (StatusCode::ACCEPTED, json!("dead")));
     // Switched back on, it clears the reason.
     let (s, b) = parts(app.patch(&format!("/api/v1/alerts/channels/{}", ch["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "enabled": true })).await).await;
     assert_eq!((s, b["enabled"].clone(), b["disabledReason"].clone()), (StatusCode::OK, json!(true), Value::Null));
@@ -516,6 +521,8 @@ async fn bad_bodies_are_400s_and_others_things_are_404s(app: TestApp) {
             json!({ "channelIds": "Array must contain at least 1 element(s)", "metric": "views is a count, not a quality metric: choose another", "op": "Required", "threshold": "Required" })),
         ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "op": ">=", "threshold": "5", "window": "30s", "remindEvery": "1m", "filter": ["country:FR"] }),
             json!({ "op": "Invalid enum value. Expected '>' | '<', received '>='", "threshold": "Expected number, received string", "window": "Must be between 1m and 24h", "remindEvery": "Must be at least 5m" })),
+        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "measurement": "p95", "op": ">", "threshold": 1, "channelIds": ["x"] }),
+            json!({ "measurement": "Only startupTimeMs has a measurement", "channelIds": "Unknown channel: x" })),
         ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "metric": "rebufferPct", "channelIds": ["nope"] }),
             json!({ "channelIds": "Unknown channel: nope", "metric": "Only qoe rules have metric" })),
     ];

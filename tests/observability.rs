@@ -94,11 +94,33 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         )
         .await;
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
-    // The probe and sampled families appear on their own schedule; give them a moment.
+    // An alert delivery to a port nothing listens on: one attempt, rescheduled.
+    let channel: serde_json::Value = app
+        .post(
+            "/api/v1/alerts/channels",
+            Some(&cookie),
+            json!({ "name": "m", "type": "webhook", "url": "http://127.0.0.1:9/hook" }),
+        )
+        .await
+        .json()
+        .await
+        .expect("json");
+    let test = app
+        .post(
+            &format!("/api/v1/alerts/channels/{}/test", channel["id"].as_str().expect("id")),
+            Some(&cookie),
+            json!({}),
+        )
+        .await;
+    assert_eq!(test.status(), StatusCode::ACCEPTED);
+    // The probe, sampled and alert families appear on their own schedule; give them a moment.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let page = loop {
         let page = scrape(&app).await;
-        if page.contains("streamwatch_probes_total{") && page.contains("streamwatch_streams{") {
+        if page.contains("streamwatch_probes_total{")
+            && page.contains("streamwatch_streams{")
+            && page.contains("streamwatch_alert_deliveries_total{")
+        {
             break page;
         }
         assert!(
@@ -134,6 +156,8 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         r#"streamwatch_auth_sign_ins_total{outcome="invalid_credentials"}"#,
         "streamwatch_auth_sessions_created_total",
         "streamwatch_auth_sessions_active",
+        r#"streamwatch_alert_deliveries_total{outcome="retry"}"#,
+        "streamwatch_alert_delivery_duration_seconds_bucket",
     ] {
         let line = page
             .lines()

@@ -213,7 +213,8 @@ impl Alerts {
         Ok(secret)
     }
 
-    /// Queues a `test` delivery to the channel, due at once.
+    /// Queues a `test` delivery to the channel, due at once (`dead` at once, saying why, when
+    /// the channel is disabled).
     pub async fn test_channel(
         &self,
         user_id: &str,
@@ -231,6 +232,7 @@ impl Alerts {
             0,
         )
         .await?;
+        outbox::bury_if_disabled(&mut tx, &delivery_id, channel.enabled.0).await?;
         tx.commit().await?;
         self.wake_sender();
         self.delivery(user_id, &delivery_id).await

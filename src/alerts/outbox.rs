@@ -134,11 +134,34 @@ pub async fn notify(
     Ok(())
 }
 
-/// Every pending delivery of a channel becomes `dead` (channel disabled or deleted).
+/// What a delivery to a disabled channel says: it would otherwise wait forever, since only
+/// enabled channels' deliveries are claimed.
+pub const DISABLED_CHANNEL: &str = "channel disabled: enable it, then resend";
+
+/// A delivery just created for a channel that is disabled is `dead` at once, saying why.
+pub async fn bury_if_disabled(
+    tx: &mut AnyConnection,
+    delivery_id: &str,
+    channel_enabled: bool,
+) -> Result<(), DbError> {
+    if !channel_enabled {
+        sqlx::query(
+            "UPDATE alert_deliveries SET status = 'dead', next_attempt_at = NULL, last_error = $1 \
+             WHERE id = $2",
+        )
+        .bind(DISABLED_CHANNEL)
+        .bind(delivery_id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Every pending delivery of a channel becomes `dead` (channel disabled or deleted), and its
+/// last error says why (not the receiver's answer to an earlier attempt).
 pub async fn kill_pending(db: &Db, channel_id: &str, why: &str) -> Result<(), DbError> {
     sqlx::query(
-        "UPDATE alert_deliveries SET status = 'dead', next_attempt_at = NULL, \
-             last_error = COALESCE(last_error, $2) \
+        "UPDATE alert_deliveries SET status = 'dead', next_attempt_at = NULL, last_error = $2 \
          WHERE channel_id = $1 AND status = 'pending'",
     )
     .bind(channel_id)
@@ -253,7 +276,8 @@ pub fn retry_delay(attempts: i64, jitter: f64, retry_after_ms: Option<i64>) -> O
 }
 
 /// Records an attempt and moves the delivery on: sent, failed, dead, or pending again with
-/// its next attempt. A 410 also disables the channel and kills its pending deliveries.
+/// its next attempt (the status it gets is returned). A 410 also disables the channel and
+/// kills its pending deliveries.
 pub async fn record(
     db: &Db,
     claimed: &Claimed,
@@ -261,7 +285,7 @@ pub async fn record(
     latency_ms: i64,
     now: i64,
     jitter: f64,
-) -> Result<(), DbError> {
+) -> Result<DeliveryStatus, DbError> {
     let attempt = claimed.attempts + 1;
     let (status, code, error, next): (DeliveryStatus, Option<u16>, Option<String>, Option<i64>) =
         match outcome {
@@ -331,7 +355,7 @@ pub async fn record(
         .await?;
         sqlx::query(
             "UPDATE alert_deliveries SET status = 'dead', next_attempt_at = NULL, \
-                 last_error = COALESCE(last_error, 'channel disabled: receiver answered 410 Gone') \
+                 last_error = 'channel disabled: receiver answered 410 Gone' \
              WHERE channel_id = $1 AND status = 'pending'",
         )
         .bind(&claimed.channel_id)
@@ -339,6 +363,22 @@ pub async fn record(
         .await?;
     }
     tx.commit().await?;
+    Ok(status)
+}
+
+/// Gives a claimed delivery back without an attempt: it keeps its attempts and schedule, is
+/// not claimed again before `until`, and its log shows `why`.
+pub async fn postpone(db: &Db, claimed: &Claimed, until: i64, why: &str) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE alert_deliveries SET lease_until = $1, last_error = $2 \
+         WHERE id = $3 AND status = 'pending' AND attempts = $4",
+    )
+    .bind(until)
+    .bind(why)
+    .bind(&claimed.id)
+    .bind(claimed.attempts)
+    .execute(&db.pool)
+    .await?;
     Ok(())
 }
 
@@ -417,7 +457,7 @@ impl Alerts {
     pub async fn resend(&self, user_id: &str, id: &str) -> Result<Delivery, AlertError> {
         let original = self.delivery(user_id, id).await?;
         // The channel must still exist (and be the caller's).
-        self.channel(user_id, &original.channel_id).await?;
+        let channel = self.channel(user_id, &original.channel_id).await?;
         let (body,): (Option<String>,) =
             sqlx::query_as("SELECT body FROM alert_deliveries WHERE id = $1")
                 .bind(id)
@@ -443,6 +483,7 @@ impl Alerts {
                 .execute(&mut *tx)
                 .await?;
         }
+        bury_if_disabled(&mut tx, &new_id, channel.enabled.0).await?;
         tx.commit().await?;
         self.wake_sender();
         self.delivery(user_id, &new_id).await

@@ -122,7 +122,7 @@ pub fn bodies(
                         routing_key,
                         action,
                         &format!("streamwatch-{}", i.id),
-                        &summary(i),
+                        &summary(i, event),
                         now,
                         serde_json::to_value(as_notified(i, event)).unwrap_or(Value::Null),
                     )
@@ -154,11 +154,17 @@ fn pagerduty_event(
     })
 }
 
-/// One line about an incident: the rule, what it watches, what happened.
-fn summary(i: &Incident) -> String {
+/// One line about an incident: the rule, what it watches, what happened (for a resolve,
+/// that it recovered from it: the detail is still the fault's).
+fn summary(i: &Incident, event: DeliveryEvent) -> String {
+    let what = if event == DeliveryEvent::Resolved {
+        format!("recovered (was: {})", i.detail)
+    } else {
+        i.detail.clone()
+    };
     match &i.stream_name {
-        Some(stream) => format!("{}: {stream}: {}", i.rule_name, i.detail),
-        None => format!("{}: {}", i.rule_name, i.detail),
+        Some(stream) => format!("{}: {stream}: {what}", i.rule_name),
+        None => format!("{}: {what}", i.rule_name),
     }
 }
 
@@ -177,7 +183,7 @@ pub fn chat_text(event: DeliveryEvent, incidents: &[Incident]) -> String {
         incidents
             .iter()
             .take(CHAT_LISTED)
-            .map(|i| format!("• {}", summary(i))),
+            .map(|i| format!("• {}", summary(i, event))),
     );
     if n > CHAT_LISTED {
         lines.push(format!("and {} more", n - CHAT_LISTED));
@@ -293,10 +299,10 @@ mod tests {
             None,
             0,
         )[0];
-        assert!(discord["content"]
-            .as_str()
-            .unwrap()
-            .starts_with("streamwatch: 1 incident resolved"));
+        assert_eq!(
+            discord["content"],
+            "streamwatch: 1 incident resolved\n• Origin down: Channel 0: recovered (was: 3 probes not playable: HTTP 404)"
+        );
     }
 
     #[test]

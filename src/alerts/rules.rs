@@ -146,6 +146,14 @@ impl Alerts {
                             .or_insert_with(|| "Required".into());
                     }
                 }
+                if input.measurement.is_some()
+                    && metric.is_some_and(|m| m != analytics::Metric::StartupTimeMs)
+                {
+                    errors.insert(
+                        "measurement".into(),
+                        "Only startupTimeMs has a measurement".into(),
+                    );
+                }
                 if metric == Some(analytics::Metric::Views) {
                     errors.insert(
                         "metric".into(),

@@ -15,8 +15,8 @@ use super::outbox::{self, Claimed, Outcome};
 use super::payload::{self, signature};
 use super::Alerts;
 use crate::db::{DbError, Engine};
-use crate::ssrf::guard_refusal;
-use crate::states::ChannelType;
+use crate::ssrf::{guard_refusal, GuardError};
+use crate::states::{ChannelType, DeliveryStatus};
 use crate::time::now_ms;
 
 /// `User-Agent` of every notification.
@@ -148,6 +148,10 @@ async fn check_sealing_key(alerts: &Alerts) {
     }
 }
 
+/// How long a delivery whose channel secrets this instance cannot open is left for another
+/// instance (or for this one, once `STREAMWATCH_SECRET` is fixed and it restarts).
+const UNSEALABLE_RETRY_MS: i64 = 60_000;
+
 /// One attempt of one delivery.
 async fn attempt(alerts: &Alerts, client: &reqwest::Client, c: &Claimed) -> Result<(), DbError> {
     let target: Option<Target> = sqlx::query_as(
@@ -164,6 +168,21 @@ async fn attempt(alerts: &Alerts, client: &reqwest::Client, c: &Claimed) -> Resu
             status: None,
             error: "channel deleted".into(),
         },
+        // A wrong STREAMWATCH_SECRET is this instance's fault, not the delivery's: no attempt
+        // is spent, the delivery waits (another instance with the right secret may take it).
+        Some(t) if !secrets_open(alerts, &t) => {
+            tracing::error!(
+                delivery = %c.id,
+                "alert channel secret does not open: is STREAMWATCH_SECRET the same on every instance?"
+            );
+            return outbox::postpone(
+                &alerts.db,
+                c,
+                now + UNSEALABLE_RETRY_MS,
+                "channel secret does not open on this instance (STREAMWATCH_SECRET differs); not attempted",
+            )
+            .await;
+        }
         Some(t) => match body_of(alerts, c, &t, now).await? {
             Err(e) => Outcome::Failed {
                 status: None,
@@ -172,24 +191,38 @@ async fn attempt(alerts: &Alerts, client: &reqwest::Client, c: &Claimed) -> Resu
             Ok(bodies) => send(alerts, client, c, &t, &bodies, now).await,
         },
     };
-    let latency = started.elapsed().as_millis() as i64;
+    let latency = started.elapsed();
     let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
-    outbox::record(&alerts.db, c, &outcome, latency, now_ms(), jitter).await?;
-    match &outcome {
-        Outcome::Sent { .. } => {
-            metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => "sent")
-                .increment(1)
-        }
-        Outcome::Retry { .. } => {
-            metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => "retry")
-                .increment(1)
-        }
-        Outcome::Gone | Outcome::Failed { .. } => {
-            metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => "failed")
-                .increment(1)
-        }
-    }
+    let status = outbox::record(
+        &alerts.db,
+        c,
+        &outcome,
+        latency.as_millis() as i64,
+        now_ms(),
+        jitter,
+    )
+    .await?;
+    let label = match (&outcome, status) {
+        (_, DeliveryStatus::Sent) => "sent",
+        (_, DeliveryStatus::Pending) => "retry",
+        (_, DeliveryStatus::Failed) => "failed",
+        (_, DeliveryStatus::Dead) => "dead",
+    };
+    metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => label).increment(1);
+    metrics::histogram!("streamwatch_alert_delivery_duration_seconds").record(latency.as_secs_f64());
     Ok(())
+}
+
+/// Whether every sealed secret of the channel opens with this instance's key.
+fn secrets_open(alerts: &Alerts, t: &Target) -> bool {
+    [
+        &t.routing_key_sealed,
+        &t.secret_sealed,
+        &t.previous_secret_sealed,
+    ]
+    .into_iter()
+    .flatten()
+    .all(|sealed| alerts.sealer.open(sealed).is_ok())
 }
 
 /// The request bodies of a delivery: frozen at its first attempt (so every retry sends the
@@ -245,10 +278,7 @@ async fn send(
     // Checked before any connection: the guard resolves the name and refuses any answer
     // outside the allowed addresses (the resolver checks again at connect time).
     if let Err(e) = alerts.guard.check_url(&t.url).await {
-        return Outcome::Failed {
-            status: None,
-            error: format!("refused by the SSRF guard: {e}"),
-        };
+        return guard_outcome(&e);
     }
     let secrets = match signing_secrets(alerts, t, now) {
         Ok(s) => s,
@@ -278,7 +308,11 @@ async fn send(
                 .header("webhook-signature", sigs.join(" "));
         }
         let outcome = match req.send().await {
-            Ok(resp) => classify(resp.status().as_u16(), resp.headers().get(RETRY_AFTER)),
+            Ok(resp) => classify(
+                resp.status().as_u16(),
+                resp.headers().get(RETRY_AFTER),
+                now_ms(),
+            ),
             Err(e) => network_outcome(&e),
         };
         if !matches!(outcome, Outcome::Sent { .. }) {
@@ -307,8 +341,12 @@ fn signing_secrets(alerts: &Alerts, t: &Target, now: i64) -> Result<Vec<String>,
     Ok(out)
 }
 
-/// The outcome of an HTTP answer.
-pub fn classify(status: u16, retry_after: Option<&HeaderValue>) -> Outcome {
+/// A `Retry-After` is honoured up to the schedule's longest step: a receiver cannot park a
+/// delivery (and the resolve queued behind it) for longer than a day.
+const RETRY_AFTER_MAX_MS: i64 = 86_400_000;
+
+/// The outcome of an HTTP answer; `now` dates a `Retry-After` given as an HTTP date.
+pub fn classify(status: u16, retry_after: Option<&HeaderValue>, now: i64) -> Outcome {
     match status {
         200..=299 => Outcome::Sent { status },
         410 => Outcome::Gone,
@@ -317,8 +355,7 @@ pub fn classify(status: u16, retry_after: Option<&HeaderValue>) -> Outcome {
             error: Some(format!("receiver answered {status}")),
             retry_after_ms: retry_after
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .map(|s| i64::from(s) * 1000),
+                .and_then(|v| retry_after_ms(v, now)),
         },
         _ => Outcome::Failed {
             status: Some(status),
@@ -327,14 +364,42 @@ pub fn classify(status: u16, retry_after: Option<&HeaderValue>) -> Outcome {
     }
 }
 
-/// A request that got no answer: refused by the guard (not retried), or a network failure
-/// (retried).
+/// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3), capped at a day; a
+/// date in the past is no floor.
+fn retry_after_ms(value: &str, now: i64) -> Option<i64> {
+    let value = value.trim();
+    let ms = match value.parse::<u64>() {
+        Ok(secs) => i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX),
+        Err(_) => {
+            let at = httpdate::parse_http_date(value).ok()?;
+            let at_ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
+            at_ms - now
+        }
+    };
+    (ms > 0).then_some(ms.min(RETRY_AFTER_MAX_MS))
+}
+
+/// A target the guard will not let through: refused for good, except a name that did not
+/// resolve, which may be a passing resolver failure (retried, like any network error).
+fn guard_outcome(e: &GuardError) -> Outcome {
+    if matches!(e, GuardError::DidNotResolve) {
+        return Outcome::Retry {
+            status: None,
+            error: Some(e.to_string()),
+            retry_after_ms: None,
+        };
+    }
+    Outcome::Failed {
+        status: None,
+        error: format!("refused by the SSRF guard: {e}"),
+    }
+}
+
+/// A request that got no answer: refused by the guard (see [`guard_outcome`]), or a network
+/// failure (retried).
 fn network_outcome(e: &reqwest::Error) -> Outcome {
     if let Some(g) = guard_refusal(e) {
-        return Outcome::Failed {
-            status: None,
-            error: format!("refused by the SSRF guard: {g}"),
-        };
+        return guard_outcome(g);
     }
     let error = if e.is_timeout() {
         "no answer in time".to_owned()
@@ -356,10 +421,10 @@ mod tests {
 
     #[test]
     fn answers_map_to_outcomes() {
-        assert_eq!(classify(204, None), Outcome::Sent { status: 204 });
-        assert_eq!(classify(410, None), Outcome::Gone);
+        assert_eq!(classify(204, None, 0), Outcome::Sent { status: 204 });
+        assert_eq!(classify(410, None, 0), Outcome::Gone);
         assert_eq!(
-            classify(503, Some(&HeaderValue::from_static("120"))),
+            classify(503, Some(&HeaderValue::from_static("120")), 0),
             Outcome::Retry {
                 status: Some(503),
                 error: Some("receiver answered 503".into()),
@@ -367,25 +432,47 @@ mod tests {
             }
         );
         assert!(matches!(
-            classify(429, None),
+            classify(429, None, 0),
             Outcome::Retry {
                 retry_after_ms: None,
                 ..
             }
         ));
         assert!(matches!(
-            classify(404, None),
+            classify(404, None, 0),
             Outcome::Failed {
                 status: Some(404),
                 ..
             }
         ));
         assert!(matches!(
-            classify(302, None),
+            classify(302, None, 0),
             Outcome::Failed {
                 status: Some(302),
                 ..
             }
+        ));
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date_capped_at_a_day() {
+        // 2015-10-21T07:28:00Z
+        let now = 1_445_412_480_000;
+        assert_eq!(retry_after_ms("120", now), Some(120_000));
+        assert_eq!(retry_after_ms(" 0 ", now), None);
+        assert_eq!(retry_after_ms("Wed, 21 Oct 2015 07:30:00 GMT", now), Some(120_000));
+        assert_eq!(retry_after_ms("Wed, 21 Oct 2015 07:00:00 GMT", now), None, "past");
+        assert_eq!(retry_after_ms("4294967295", now), Some(RETRY_AFTER_MAX_MS));
+        assert_eq!(retry_after_ms("99999999999999999999", now), None, "not a number or a date");
+        assert_eq!(retry_after_ms("soon", now), None);
+    }
+
+    #[test]
+    fn a_name_that_did_not_resolve_is_retried_a_refused_address_is_not() {
+        assert!(matches!(guard_outcome(&GuardError::DidNotResolve), Outcome::Retry { .. }));
+        assert!(matches!(
+            guard_outcome(&GuardError::PrivateAddress("10.0.0.1".parse().unwrap())),
+            Outcome::Failed { .. }
         ));
     }
 }

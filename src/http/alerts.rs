@@ -154,7 +154,10 @@ impl From<Rule> for RuleBody {
             filter: q.map(|q| q.filters.clone()),
             id: r.id,
             kind: r.kind,
-            measurement: q.map(|q| q.measurement.as_str().to_owned()),
+            // Only `startupTimeMs` has one (alerts.md §1).
+            measurement: q
+                .filter(|q| q.metric == analytics::Metric::StartupTimeMs)
+                .map(|q| q.measurement.as_str().to_owned()),
             metric: q.map(|q| q.metric.as_str().to_owned()),
             min_views: q.map(|q| q.min_views),
             name: r.name,

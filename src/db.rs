@@ -183,7 +183,7 @@ impl Db {
             }
             attempts += 1;
             if let Err(cause) = self.diagnose().await {
-                if attempts % 10 == 0 {
+                if attempts.is_multiple_of(10) {
                     tracing::warn!(attempts, error = %cause, "database still unreachable");
                 }
                 self.set_cause(cause);
@@ -197,7 +197,7 @@ impl Db {
                 }
                 Err(e) => {
                     let cause = describe(&e);
-                    if attempts % 10 == 0 {
+                    if attempts.is_multiple_of(10) {
                         tracing::warn!(attempts, error = %cause, "database still not migrated");
                     }
                     self.set_cause(cause);

@@ -4,6 +4,9 @@
 //! the channel; a refused target is refused at save time and at send time with no connection;
 //! grouping, PagerDuty, chat bodies, rotation, reminders, QoE rules and the 400s.
 
+// Test helpers unwrap: a panic is a failed test with its message.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::time::Duration;

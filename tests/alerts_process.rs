@@ -2,7 +2,6 @@
 //! 100 deliveries pending loses none and sends none twice after a restart, and two instances
 //! on one PostgreSQL send each delivery once. Receivers dedup by `webhook-id` and count.
 
-#[allow(dead_code)]
 mod common;
 
 use std::collections::HashMap;

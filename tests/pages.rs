@@ -3,6 +3,9 @@
 //! data of both relational engines. The browser side (module, charts, forms, axe) is
 //! `web/test/dashboard-e2e.mjs`.
 
+// Test helpers unwrap: a panic is a failed test with its message.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::{spawn_quiet, Engine, TestApp};

@@ -30,10 +30,9 @@ pub const CHANNEL_COLUMNS: &str =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Flag(pub bool);
 
-impl TryFrom<i64> for Flag {
-    type Error = std::convert::Infallible;
-    fn try_from(v: i64) -> Result<Self, Self::Error> {
-        Ok(Flag(v != 0))
+impl From<i64> for Flag {
+    fn from(v: i64) -> Self {
+        Flag(v != 0)
     }
 }
 

@@ -72,7 +72,7 @@ mod tests {
         let b = s.seal("whsec_abc");
         assert_ne!(a, b, "fresh nonce each time");
         assert!(!a.contains("whsec"));
-        assert_eq!(s.open(&a).unwrap(), "whsec_abc");
+        assert_eq!(s.open(&a).ok().as_deref(), Some("whsec_abc"));
         let other = Sealer::new(b"another secret of thirty-two chars!");
         assert!(other.open(&a).is_err());
         assert!(s.open("not base64!").is_err());

@@ -24,11 +24,11 @@ use super::AppState;
 use crate::probes::timeline::{self, ProbeBucket};
 use crate::time::{now_ms, Timestamp};
 
+/// A query's parser: the query string's pairs and the time now.
+type Parser<T> = fn(&[(String, String)], i64) -> Result<T, QueryErrors>;
+
 /// Parses with `parse`, mapping its errors to the 400 `{ errors }` body.
-fn parse<T>(
-    pairs: &QueryPairs,
-    parse: fn(&[(String, String)], i64) -> Result<T, QueryErrors>,
-) -> Result<T, ApiError> {
+fn parse<T>(pairs: &QueryPairs, parse: Parser<T>) -> Result<T, ApiError> {
     parse(&pairs.0, now_ms()).map_err(|e| ApiError::Validation(e.errors))
 }
 

@@ -267,7 +267,7 @@ impl SupervisedSink {
 
     fn not_connected(&self, attempts: u32, reason: String) {
         // The first failure and then every tenth: a long outage does not flood the log.
-        if attempts == 1 || attempts % 10 == 0 {
+        if attempts == 1 || attempts.is_multiple_of(10) {
             tracing::warn!(store = self.inner.name, attempts, %reason, "telemetry store not reachable, retrying");
         }
         self.set(State::Connecting { reason });

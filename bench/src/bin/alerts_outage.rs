@@ -70,6 +70,10 @@ struct Args {
     fail_after: i64,
     #[arg(long, default_value_t = 2)]
     recover_after: i64,
+    /// Milliseconds the pagerduty receiver takes to answer each event (0: at once), to see
+    /// how a PagerDuty group of up to 1,000 sequential requests fares against a real endpoint.
+    #[arg(long, default_value_t = 0)]
+    pd_latency_ms: u64,
     /// Seconds to keep listening after the last expected message (late repeats).
     #[arg(long, default_value_t = 35)]
     settle_s: u64,
@@ -112,7 +116,7 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     println!(
         "machine: {} cores, {} | {} streams on one origin host, probe interval {} s, host rate {}/s, \
-         groupWindow {}, failAfter {}, recoverAfter {}",
+         groupWindow {}, failAfter {}, recoverAfter {}, pagerduty answers after {} ms",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
@@ -122,7 +126,8 @@ async fn main() -> Result<()> {
         args.host_rate,
         args.group_window,
         args.fail_after,
-        args.recover_after
+        args.recover_after,
+        args.pd_latency_ms
     );
     for engine in &args.engines {
         run(engine, &args).await?;
@@ -154,7 +159,11 @@ async fn run(engine: &str, args: &Args) -> Result<()> {
     let down = Arc::new(AtomicBool::new(false));
     let origin = start_origin(Arc::clone(&down)).await?;
     let received: Receivers = Arc::default();
-    let receiver = start_receivers(Arc::clone(&received)).await?;
+    let receiver = start_receivers(
+        Arc::clone(&received),
+        Duration::from_millis(args.pd_latency_ms),
+    )
+    .await?;
 
     let db = Db::connect(config.database_url.as_ref(), &config.data_dir).await?;
     seed(&db, args.streams, origin, args.interval_s).await?;
@@ -358,10 +367,10 @@ async fn start_origin(down: Arc<AtomicBool>) -> Result<u16> {
 }
 
 /// The receivers: `/r/{kind}` records every request with its arrival time.
-async fn start_receivers(received: Receivers) -> Result<u16> {
+async fn start_receivers(received: Receivers, pd_latency: Duration) -> Result<u16> {
     async fn receive(
         Path(kind): Path<String>,
-        State(received): State<Receivers>,
+        State((received, pd_latency)): State<(Receivers, Duration)>,
         headers: HeaderMap,
         body: String,
     ) -> axum::response::Response {
@@ -378,19 +387,23 @@ async fn start_receivers(received: Receivers) -> Result<u16> {
         let announced = serde_json::from_str::<Value>(&body)
             .ok()
             .and_then(|v| announced(k, &v));
-        let mut r = lock(&received);
-        if let Some((event, count)) = announced {
-            r.counts[k][event] += count;
+        {
+            let mut r = lock(&received);
+            if let Some((event, count)) = announced {
+                r.counts[k][event] += count;
+            }
+            r.msgs.push(Msg {
+                kind: k,
+                at,
+                webhook_id: h("webhook-id"),
+                webhook_ts: h("webhook-timestamp"),
+                webhook_sig: h("webhook-signature"),
+                body,
+            });
         }
-        r.msgs.push(Msg {
-            kind: k,
-            at,
-            webhook_id: h("webhook-id"),
-            webhook_ts: h("webhook-timestamp"),
-            webhook_sig: h("webhook-signature"),
-            body,
-        });
-        drop(r);
+        if k == 3 && !pd_latency.is_zero() {
+            tokio::time::sleep(pd_latency).await;
+        }
         match k {
             1 => "ok".into_response(),
             2 => StatusCode::NO_CONTENT.into_response(),
@@ -405,7 +418,7 @@ async fn start_receivers(received: Receivers) -> Result<u16> {
     let app = Router::new()
         .route("/r/{kind}", post(receive))
         .layer(DefaultBodyLimit::max(64 << 20))
-        .with_state(received);
+        .with_state((received, pd_latency));
     serve(app).await
 }
 
@@ -678,13 +691,15 @@ async fn analyse(db: &Db, received: &Receivers, s: &Setup<'_>) -> Result<String>
         );
         members.entry(id).or_default().push(incident);
     }
+    // Per channel and event: each delivery's size in order of creation, its status, attempts.
     let srows = sqlx::query(
-        "SELECT channel_id, event, status, COUNT(*) AS n, MAX(incident_count) AS biggest, \
-             CAST(SUM(attempts) AS BIGINT) AS attempts FROM alert_deliveries GROUP BY channel_id, event, status",
+        "SELECT channel_id, event, status, incident_count, attempts FROM alert_deliveries \
+         ORDER BY created_at, seq",
     )
     .fetch_all(&db.pool)
     .await?;
-    let mut deliveries: HashMap<(usize, usize), Vec<String>> = HashMap::new();
+    let mut deliveries: HashMap<(usize, usize), (Vec<i64>, HashMap<String, usize>, i64)> =
+        HashMap::new();
     for r in srows {
         let channel: String = r.get("channel_id");
         let event: String = r.get("event");
@@ -694,14 +709,28 @@ async fn analyse(db: &Db, received: &Receivers, s: &Setup<'_>) -> Result<String>
         ) else {
             continue;
         };
-        let n: i64 = r.get("n");
-        let biggest: i64 = r.get("biggest");
-        let attempts: i64 = r.get("attempts");
-        let status: String = r.get("status");
-        deliveries.entry((k, e)).or_default().push(format!(
-            "{n} {status} (largest {biggest}, {attempts} attempts)"
-        ));
+        let d = deliveries.entry((k, e)).or_default();
+        d.0.push(r.get("incident_count"));
+        *d.1.entry(r.get("status")).or_default() += 1;
+        d.2 += r.get::<i64, _>("attempts");
     }
+    let deliveries: HashMap<(usize, usize), String> = deliveries
+        .into_iter()
+        .map(|(key, (sizes, statuses, attempts))| {
+            let mut statuses: Vec<String> =
+                statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
+            statuses.sort();
+            let sizes: Vec<String> = sizes.iter().map(i64::to_string).collect();
+            (
+                key,
+                format!(
+                    "{}, {attempts} attempts; sizes {}",
+                    statuses.join(", "),
+                    sizes.join(" ")
+                ),
+            )
+        })
+        .collect();
 
     let msgs = std::mem::take(&mut lock(received).msgs);
     let mut figs: Vec<[Figures; 2]> = (0..4).map(|_| Default::default()).collect();
@@ -866,7 +895,7 @@ async fn analyse(db: &Db, received: &Receivers, s: &Setup<'_>) -> Result<String>
                 } else {
                     format!("NO ({over} over)")
                 },
-                deliveries.get(&(k, e)).map(|d| d.join(", ")).unwrap_or_default()
+                deliveries.get(&(k, e)).cloned().unwrap_or_default()
             ));
             for b in f.bad.iter().take(5) {
                 out.push_str(&format!("\n    problem: {b}"));

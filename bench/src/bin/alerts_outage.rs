@@ -587,6 +587,9 @@ async fn wait_notified(received: &Receivers, event: usize, n: usize, limit_ms: i
     }
 }
 
+/// Sizes of a channel's deliveries of one event, their count by status, their attempts.
+type DeliveryStats = (Vec<i64>, HashMap<String, usize>, i64);
+
 struct Setup<'a> {
     rule_id: &'a str,
     channel_ids: &'a [String],
@@ -698,8 +701,7 @@ async fn analyse(db: &Db, received: &Receivers, s: &Setup<'_>) -> Result<String>
     )
     .fetch_all(&db.pool)
     .await?;
-    let mut deliveries: HashMap<(usize, usize), (Vec<i64>, HashMap<String, usize>, i64)> =
-        HashMap::new();
+    let mut deliveries: HashMap<(usize, usize), DeliveryStats> = HashMap::new();
     for r in srows {
         let channel: String = r.get("channel_id");
         let event: String = r.get("event");

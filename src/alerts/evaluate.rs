@@ -404,27 +404,28 @@ impl Alerts {
         .fetch_all(&self.db.pool)
         .await?)
     }
+}
 
-    /// Incidents by id (any owner: the sender's view of a delivery).
-    pub(crate) async fn incidents_by_id(&self, ids: &[String]) -> Result<Vec<Incident>, DbError> {
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(200) {
-            let list = (1..=chunk.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let sql =
-                format!("SELECT {INCIDENT_COLUMNS} FROM alert_incidents WHERE id IN ({list})");
-            let mut q = sqlx::query_as::<_, Incident>(&sql);
-            for id in chunk {
-                q = q.bind(id);
-            }
-            out.extend(q.fetch_all(&self.db.pool).await?);
+/// Incidents by id, in the order of `ids` (any owner: the sender's view of a delivery).
+pub(crate) async fn incidents_by_id(
+    conn: &mut AnyConnection,
+    ids: &[String],
+) -> Result<Vec<Incident>, DbError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(200) {
+        let list = (1..=chunk.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("SELECT {INCIDENT_COLUMNS} FROM alert_incidents WHERE id IN ({list})");
+        let mut q = sqlx::query_as::<_, Incident>(&sql);
+        for id in chunk {
+            q = q.bind(id);
         }
-        // In the delivery's order.
-        out.sort_by_key(|i| ids.iter().position(|x| *x == i.id));
-        Ok(out)
+        out.extend(q.fetch_all(&mut *conn).await?);
     }
+    out.sort_by_key(|i| ids.iter().position(|x| *x == i.id));
+    Ok(out)
 }
 
 /// A filter of the incident list.

@@ -7,7 +7,7 @@
 
 use sqlx::AnyConnection;
 
-use super::model::{Delivery, DELIVERY_COLUMNS};
+use super::model::{Delivery, Incident, DELIVERY_COLUMNS};
 use super::{new_webhook_id, AlertError, Alerts};
 use crate::db::{Db, DbError, Engine};
 use crate::states::{DeliveryEvent, DeliveryStatus};
@@ -74,12 +74,22 @@ pub async fn notify(
     let channels: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT c.id, c.user_id, c.group_window_ms FROM alert_rule_channels rc \
          JOIN alert_channels c ON c.id = rc.channel_id \
-         WHERE rc.rule_id = $1 AND c.enabled = 1",
+         WHERE rc.rule_id = $1 AND c.enabled = 1 ORDER BY c.id",
     )
     .bind(rule_id)
     .fetch_all(&mut *tx)
     .await?;
     for (channel_id, user_id, window) in channels {
+        // On PostgreSQL, transitions notifying one channel take turns (a lock per channel
+        // until commit, taken in channel-id order): each sees the group the previous one
+        // filled, so concurrent probes fill one group instead of opening several. SQLite
+        // already has one writer at a time.
+        if engine == Engine::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(&channel_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         // An open group: still gathering (its window not over, body not frozen) and not full.
         // On PostgreSQL the row is locked, so the claim that freezes it waits for this append.
         let lock = if engine == Engine::Postgres {
@@ -219,20 +229,47 @@ pub async fn claim(
         .await?)
 }
 
-/// Stores the body of a claimed delivery's first attempt, unless one is already stored (a
-/// crash after freezing): returns the body every attempt sends.
-pub async fn freeze(db: &Db, delivery_id: &str, body: &str) -> Result<String, DbError> {
-    sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2 AND body IS NULL")
-        .bind(body)
+/// The body every attempt of a delivery sends: the stored one, or, at its first attempt,
+/// `build(event, incidents)` stored now. One transaction closes the group first (its first
+/// statement takes the row's lock on PostgreSQL, the write lock on SQLite), so an incident
+/// that would join meanwhile waits, then finds the group closed and opens another: every
+/// incident recorded in a delivery is in the body it sends.
+pub async fn freeze<F>(db: &Db, delivery_id: &str, build: F) -> Result<String, DbError>
+where
+    F: FnOnce(DeliveryEvent, &[Incident]) -> String,
+{
+    let mut tx = db.pool.begin().await?;
+    sqlx::query("UPDATE alert_deliveries SET group_until = 0 WHERE id = $1 AND body IS NULL")
         .bind(delivery_id)
-        .execute(&db.pool)
+        .execute(&mut *tx)
         .await?;
-    let (stored,): (Option<String>,) =
-        sqlx::query_as("SELECT body FROM alert_deliveries WHERE id = $1")
+    let (body, event): (Option<String>, String) =
+        sqlx::query_as("SELECT body, event FROM alert_deliveries WHERE id = $1")
             .bind(delivery_id)
-            .fetch_one(&db.pool)
+            .fetch_one(&mut *tx)
             .await?;
-    Ok(stored.unwrap_or_else(|| body.to_owned()))
+    if let Some(body) = body {
+        tx.commit().await?;
+        return Ok(body);
+    }
+    let event = DeliveryEvent::parse(&event)
+        .ok_or_else(|| DbError(sqlx::Error::Decode(format!("unknown delivery event {event}").into())))?;
+    let ids: Vec<(String,)> = sqlx::query_as(
+        "SELECT incident_id FROM alert_delivery_incidents WHERE delivery_id = $1 ORDER BY position, incident_id",
+    )
+    .bind(delivery_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
+    let incidents = super::evaluate::incidents_by_id(&mut tx, &ids).await?;
+    let body = build(event, &incidents);
+    sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2")
+        .bind(&body)
+        .bind(delivery_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(body)
 }
 
 /// The incidents of a delivery, in the order they joined it.
@@ -364,6 +401,21 @@ pub async fn record(
     }
     tx.commit().await?;
     Ok(status)
+}
+
+/// Holds a claimed delivery until `until` while its attempt goes on (a group of many
+/// PagerDuty events outlasts one lease).
+pub async fn renew_lease(db: &Db, claimed: &Claimed, until: i64) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE alert_deliveries SET lease_until = $1 \
+         WHERE id = $2 AND status = 'pending' AND attempts = $3",
+    )
+    .bind(until)
+    .bind(&claimed.id)
+    .bind(claimed.attempts)
+    .execute(&db.pool)
+    .await?;
+    Ok(())
 }
 
 /// Gives a claimed delivery back without an attempt: it keeps its attempts and schedule, is

@@ -14,6 +14,12 @@ use crate::time::Timestamp;
 
 /// Streams or metrics named in a chat message at most; the rest are counted.
 const CHAT_LISTED: usize = 10;
+/// Discord refuses a `content` over 2,000 characters (400, which is not retried).
+const DISCORD_MAX_CHARS: usize = 2_000;
+/// Slack cuts messages over 40,000 characters; far below that a message stops being read.
+const SLACK_MAX_CHARS: usize = 4_000;
+/// One incident's line at most (rule and stream names are up to 120 characters each).
+const LINE_MAX_CHARS: usize = 300;
 
 /// An incident as receivers (and the API) see it.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -86,8 +92,12 @@ pub fn bodies(
             "timestamp": Timestamp(now),
             "data": { "incidents": incidents.iter().map(|i| as_notified(i, event)).collect::<Vec<_>>() },
         })],
-        ChannelType::Slack => vec![json!({ "text": chat_text(event, incidents) })],
-        ChannelType::Discord => vec![json!({ "content": chat_text(event, incidents) })],
+        ChannelType::Slack => {
+            vec![json!({ "text": chat_text(event, incidents, SLACK_MAX_CHARS) })]
+        }
+        ChannelType::Discord => {
+            vec![json!({ "content": chat_text(event, incidents, DISCORD_MAX_CHARS) })]
+        }
         ChannelType::Pagerduty => {
             if event == DeliveryEvent::Test {
                 // A test opens and at once resolves a throwaway alert, so nobody stays paged.
@@ -168,8 +178,10 @@ fn summary(i: &Incident, event: DeliveryEvent) -> String {
     }
 }
 
-/// A chat message: the count and event, then each incident (at most [`CHAT_LISTED`]).
-pub fn chat_text(event: DeliveryEvent, incidents: &[Incident]) -> String {
+/// A chat message: the count and event, then each incident (at most [`CHAT_LISTED`], each
+/// line at most [`LINE_MAX_CHARS`]), then "and N more"; fewer are listed when the message
+/// would exceed `max_chars`.
+pub fn chat_text(event: DeliveryEvent, incidents: &[Incident], max_chars: usize) -> String {
     let n = incidents.len();
     let noun = if n == 1 { "incident" } else { "incidents" };
     let head = match event {
@@ -178,17 +190,34 @@ pub fn chat_text(event: DeliveryEvent, incidents: &[Incident]) -> String {
         DeliveryEvent::Reminder => format!("streamwatch: reminder, {n} {noun} still firing"),
         DeliveryEvent::Test => "streamwatch: test notification — this channel works".to_owned(),
     };
-    let mut lines = vec![head];
-    lines.extend(
-        incidents
-            .iter()
-            .take(CHAT_LISTED)
-            .map(|i| format!("• {}", summary(i, event))),
-    );
-    if n > CHAT_LISTED {
-        lines.push(format!("and {} more", n - CHAT_LISTED));
+    let lines: Vec<String> = incidents
+        .iter()
+        .take(CHAT_LISTED)
+        .map(|i| shorten(&format!("• {}", summary(i, event)), LINE_MAX_CHARS))
+        .collect();
+    let text = |listed: usize| {
+        let mut out = vec![head.clone()];
+        out.extend(lines[..listed].iter().cloned());
+        if n > listed {
+            out.push(format!("and {} more", n - listed));
+        }
+        out.join("\n")
+    };
+    let mut listed = lines.len();
+    while listed > 0 && text(listed).chars().count() > max_chars {
+        listed -= 1;
     }
-    lines.join("\n")
+    text(listed)
+}
+
+/// `s` cut to `max` characters, ending in "…" when cut.
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max - 1).collect();
+    out.push('…');
+    out
 }
 
 /// `v1,<base64 HMAC-SHA256>` of `<id>.<timestamp>.<body>` under a `whsec_` secret; `None` for
@@ -277,7 +306,7 @@ mod tests {
     #[test]
     fn chat_names_at_most_ten_then_counts() {
         let incs: Vec<Incident> = (0..13).map(|n| incident(n, true)).collect();
-        let text = chat_text(DeliveryEvent::Firing, &incs);
+        let text = chat_text(DeliveryEvent::Firing, &incs, DISCORD_MAX_CHARS);
         assert!(text.starts_with("streamwatch: 13 incidents firing\n"));
         assert_eq!(text.lines().filter(|l| l.starts_with("• ")).count(), 10);
         assert!(text.ends_with("and 3 more"));
@@ -303,6 +332,25 @@ mod tests {
             discord["content"],
             "streamwatch: 1 incident resolved\n• Origin down: Channel 0: recovered (was: 3 probes not playable: HTTP 404)"
         );
+    }
+
+    #[test]
+    fn a_discord_message_stays_under_its_2000_characters() {
+        let incs: Vec<Incident> = (0..50)
+            .map(|n| Incident {
+                rule_name: "r".repeat(120),
+                stream_name: Some("s".repeat(120)),
+                detail: "d".repeat(500),
+                ..incident(n, true)
+            })
+            .collect();
+        let body = &bodies(ChannelType::Discord, DeliveryEvent::Firing, &incs, None, 0)[0];
+        let content = body["content"].as_str().unwrap_or_default();
+        assert!(content.chars().count() <= DISCORD_MAX_CHARS, "{}", content.len());
+        let listed = content.lines().filter(|l| l.starts_with("• ")).count();
+        assert!(listed >= 5, "as many as fit: {listed}");
+        assert!(content.lines().all(|l| l.chars().count() <= LINE_MAX_CHARS));
+        assert!(content.ends_with(&format!("and {} more", 50 - listed)));
     }
 
     #[test]

@@ -4,13 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt};
 use rand::Rng;
 use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
-use super::model::Delivery;
 use super::outbox::{self, Claimed, Outcome};
 use super::payload::{self, signature};
 use super::Alerts;
@@ -79,54 +78,45 @@ pub async fn run(alerts: Alerts, cfg: SenderConfig, mut stop: watch::Receiver<bo
             .await;
     }
     check_sealing_key(&alerts).await;
+    // Each delivery is its own task, up to `batch` at once: a slow receiver (a PagerDuty group
+    // is one request per incident) holds one slot, never the others. A freed slot is filled at
+    // once; otherwise the outbox is polled, or a local transition wakes the worker.
+    let lease_ms = 3 * cfg.timeout.as_millis() as i64;
+    let mut in_flight = JoinSet::new();
     loop {
         if *stop.borrow() {
-            return;
+            break;
         }
-        let more = match round(&alerts, &client, &cfg).await {
-            Ok(n) => n as i64 == cfg.batch,
-            Err(e) => {
-                tracing::warn!(error = %e, "alert sender: outbox unavailable; retrying");
-                false
+        let free = cfg.batch - in_flight.len() as i64;
+        if free > 0 {
+            let now = now_ms();
+            match outbox::claim(&alerts.db, now, now + lease_ms, free).await {
+                Ok(claimed) => {
+                    for c in claimed {
+                        let (alerts, client, stop) = (alerts.clone(), client.clone(), stop.clone());
+                        in_flight.spawn(async move {
+                            if let Err(e) = attempt(&alerts, &client, &c, lease_ms, &stop).await {
+                                tracing::warn!(delivery = %c.id, error = %e, "alert delivery attempt not recorded");
+                            }
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "alert sender: outbox unavailable; retrying"),
             }
-        };
-        if more {
-            continue;
         }
         tokio::select! {
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             () = tokio::time::sleep(cfg.poll) => {}
             () = alerts.wake.notified() => {}
             changed = stop.changed() => {
                 if changed.is_err() {
-                    return;
+                    break;
                 }
             }
         }
     }
-}
-
-/// One round: claims due deliveries and sends them concurrently. Returns how many.
-async fn round(
-    alerts: &Alerts,
-    client: &reqwest::Client,
-    cfg: &SenderConfig,
-) -> Result<usize, DbError> {
-    let now = now_ms();
-    // Long enough for every request of the biggest delivery (PagerDuty: one per incident)
-    // would be unbounded; a lease covers one request's timeout with margin, and the sender
-    // renews nothing: a PagerDuty group overrunning it may be sent twice, which PagerDuty
-    // collapses by dedup_key.
-    let lease_ms = 3 * cfg.timeout.as_millis() as i64;
-    let claimed = outbox::claim(&alerts.db, now, now + lease_ms, cfg.batch).await?;
-    let n = claimed.len();
-    stream::iter(claimed)
-        .for_each_concurrent(cfg.batch as usize, |c| async move {
-            if let Err(e) = attempt(alerts, client, &c).await {
-                tracing::warn!(delivery = %c.id, error = %e, "alert delivery attempt not recorded");
-            }
-        })
-        .await;
-    Ok(n)
+    // Attempts under way finish and are recorded (a long group stops between requests).
+    while in_flight.join_next().await.is_some() {}
 }
 
 /// Instances sharing a PostgreSQL must share `STREAMWATCH_SECRET` (it seals channel secrets):
@@ -153,7 +143,13 @@ async fn check_sealing_key(alerts: &Alerts) {
 const UNSEALABLE_RETRY_MS: i64 = 60_000;
 
 /// One attempt of one delivery.
-async fn attempt(alerts: &Alerts, client: &reqwest::Client, c: &Claimed) -> Result<(), DbError> {
+async fn attempt(
+    alerts: &Alerts,
+    client: &reqwest::Client,
+    c: &Claimed,
+    lease_ms: i64,
+    stop: &watch::Receiver<bool>,
+) -> Result<(), DbError> {
     let target: Option<Target> = sqlx::query_as(
         "SELECT type, url, routing_key_sealed, secret_sealed, previous_secret_sealed, \
              previous_secret_until FROM alert_channels WHERE id = $1",
@@ -188,7 +184,7 @@ async fn attempt(alerts: &Alerts, client: &reqwest::Client, c: &Claimed) -> Resu
                 status: None,
                 error: e,
             },
-            Ok(bodies) => send(alerts, client, c, &t, &bodies, now).await,
+            Ok(bodies) => send(alerts, client, c, &t, &bodies, now, lease_ms, stop).await,
         },
     };
     let latency = started.elapsed();
@@ -236,15 +232,6 @@ async fn body_of(
     let frozen = match &c.body {
         Some(b) => b.clone(),
         None => {
-            let delivery: Delivery = sqlx::query_as(&format!(
-                "SELECT {} FROM alert_deliveries WHERE id = $1",
-                super::model::DELIVERY_COLUMNS
-            ))
-            .bind(&c.id)
-            .fetch_one(&alerts.db.pool)
-            .await?;
-            let ids = outbox::incident_ids(&alerts.db, &c.id).await?;
-            let incidents = alerts.incidents_by_id(&ids).await?;
             let routing_key = match &t.routing_key_sealed {
                 Some(sealed) => match alerts.sealer.open(sealed) {
                     Ok(k) => Some(k),
@@ -252,21 +239,21 @@ async fn body_of(
                 },
                 None => None,
             };
-            let bodies = payload::bodies(
-                t.kind,
-                delivery.event,
-                &incidents,
-                routing_key.as_deref(),
-                now,
-            );
-            let text = serde_json::to_string(&bodies).unwrap_or_else(|_| "[]".into());
-            outbox::freeze(&alerts.db, &c.id, &text).await?
+            outbox::freeze(&alerts.db, &c.id, |event, incidents| {
+                let bodies =
+                    payload::bodies(t.kind, event, incidents, routing_key.as_deref(), now);
+                serde_json::to_string(&bodies).unwrap_or_else(|_| "[]".into())
+            })
+            .await?
         }
     };
     Ok(serde_json::from_str(&frozen).map_err(|e| format!("stored body unreadable: {e}")))
 }
 
 /// Sends every request of one attempt; the first that does not succeed decides the outcome.
+/// Before each further request the lease is renewed, so a long group is never claimed twice,
+/// and a shutdown stops it between requests (retried later; PagerDuty collapses the repeats).
+#[allow(clippy::too_many_arguments)]
 async fn send(
     alerts: &Alerts,
     client: &reqwest::Client,
@@ -274,6 +261,8 @@ async fn send(
     t: &Target,
     bodies: &[Value],
     now: i64,
+    lease_ms: i64,
+    stop: &watch::Receiver<bool>,
 ) -> Outcome {
     // Checked before any connection: the guard resolves the name and refuses any answer
     // outside the allowed addresses (the resolver checks again at connect time).
@@ -290,7 +279,19 @@ async fn send(
         }
     };
     let mut last = None;
-    for body in bodies {
+    for (i, body) in bodies.iter().enumerate() {
+        if i > 0 {
+            if *stop.borrow() {
+                return Outcome::Retry {
+                    status: None,
+                    error: Some("interrupted by shutdown".into()),
+                    retry_after_ms: None,
+                };
+            }
+            if let Err(e) = outbox::renew_lease(&alerts.db, c, now_ms() + lease_ms).await {
+                tracing::warn!(delivery = %c.id, error = %e, "alert delivery lease not renewed");
+            }
+        }
         let text = body.to_string();
         let mut req = client
             .post(&t.url)

@@ -251,7 +251,7 @@ async fn body_of(
 }
 
 /// Sends every request of one attempt; the first that does not succeed decides the outcome.
-/// Before each further request the lease is renewed, so a long group is never claimed twice,
+/// The lease is renewed while the requests go on, so a long group is never claimed twice,
 /// and a shutdown stops it between requests (retried later; PagerDuty collapses the repeats).
 #[allow(clippy::too_many_arguments)]
 async fn send(
@@ -279,6 +279,8 @@ async fn send(
         }
     };
     let mut last = None;
+    // The claim leased it for `lease_ms` from about `now`; renewed once half of that is gone.
+    let mut leased_until = now + lease_ms;
     for (i, body) in bodies.iter().enumerate() {
         if i > 0 {
             if *stop.borrow() {
@@ -288,8 +290,14 @@ async fn send(
                     retry_after_ms: None,
                 };
             }
-            if let Err(e) = outbox::renew_lease(&alerts.db, c, now_ms() + lease_ms).await {
-                tracing::warn!(delivery = %c.id, error = %e, "alert delivery lease not renewed");
+            let at = now_ms();
+            if leased_until - at < lease_ms / 2 {
+                match outbox::renew_lease(&alerts.db, c, at + lease_ms).await {
+                    Ok(()) => leased_until = at + lease_ms,
+                    Err(e) => {
+                        tracing::warn!(delivery = %c.id, error = %e, "alert delivery lease not renewed")
+                    }
+                }
             }
         }
         let text = body.to_string();

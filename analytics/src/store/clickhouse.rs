@@ -9,8 +9,8 @@ use clickhouse::{Client, Row};
 use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
 use serde::{Deserialize, Serialize};
 
-use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Selection};
+use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
+use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
@@ -40,7 +40,7 @@ const VIEW_COLUMNS: &str = "owner, session_id, started_at, ended_at, started, fi
     rebuffer_ms, paused_ms, watch_time_ms, bitrate_weighted_sum, bitrate_covered_ms, \
     rendition_switches, upshifts, downshifts, error_count, fatal_error_code, content_id, src, \
     sdk, player, browser, os, device_type, tag_keys, tag_values, batch_rows, event_rows, \
-    version, derived_at";
+    version, derived_at, deleted";
 
 /// One row of `qoe_views`.
 #[derive(Debug, Clone, Row, Serialize, Deserialize)]
@@ -80,7 +80,13 @@ struct ViewRow {
     event_rows: u64,
     version: u64,
     derived_at: i64,
+    /// 1 for a tombstone: the view is no longer under this row's `started_day`.
+    deleted: u8,
 }
+
+/// Tombstones cover at most this many days after a view's start day (plus any day a
+/// stored row of it was read under): a view spanning longer is pathological.
+const MAX_TOMBSTONE_DAYS: i64 = 366;
 
 impl ViewRow {
     fn new(owner: &str, v: &View, batch_rows: u64, event_rows: u64, now_ms: i64) -> Self {
@@ -121,6 +127,50 @@ impl ViewRow {
             event_rows,
             version: view_version(batch_rows, event_rows),
             derived_at: now_ms,
+            deleted: 0,
+        }
+    }
+
+    /// A tombstone of this view under `day` (another day than its start's): same owner,
+    /// session and version, `deleted` = 1, every value empty.
+    fn tombstone(&self, day: i64) -> Self {
+        ViewRow {
+            owner: self.owner.clone(),
+            session_id: self.session_id.clone(),
+            started_at: day * crate::query::DAY_MS,
+            ended_at: day * crate::query::DAY_MS,
+            started: 0,
+            first_frame_at: None,
+            startup_ms: None,
+            failed: 0,
+            failed_at: None,
+            startup_failure: 0,
+            exit_before_start: 0,
+            rebuffer_count: 0,
+            rebuffer_ms: 0,
+            paused_ms: 0,
+            watch_time_ms: 0,
+            bitrate_weighted_sum: 0.0,
+            bitrate_covered_ms: 0,
+            rendition_switches: 0,
+            upshifts: 0,
+            downshifts: 0,
+            error_count: 0,
+            fatal_error_code: None,
+            content_id: None,
+            src: None,
+            sdk: None,
+            player: None,
+            browser: String::new(),
+            os: String::new(),
+            device_type: String::new(),
+            tag_keys: Vec::new(),
+            tag_values: Vec::new(),
+            batch_rows: 0,
+            event_rows: 0,
+            version: self.version,
+            derived_at: self.derived_at,
+            deleted: 1,
         }
     }
 
@@ -163,12 +213,69 @@ impl ViewRow {
     }
 }
 
-/// The aggregate columns, in the order of the `Agg*` rows' fields after the key.
-const AGGREGATES: &str = "toInt64(count()), toInt64(sum(failed)), toInt64(sum(startup_failure)), \
-    toInt64(sum(exit_before_start)), toInt64(sum(rebuffer_ms)), toInt64(sum(rebuffer_count)), \
-    toInt64(sum(watch_time_ms)), toFloat64(sum(bitrate_weighted_sum)), \
-    toInt64(sum(bitrate_covered_ms)), toInt64(count(startup_ms)), \
-    toFloat64(sum(ifNull(startup_ms, 0))), quantilesExact(0.5, 0.75, 0.95, 0.99)(startup_ms)";
+/// The aggregate columns a route needs, in the order of the `Agg*` rows' fields after the
+/// key; an input not needed is a constant (0, no quantiles), so its column is not read and
+/// no exact quantile state is built when no percentile is reported.
+fn aggregates(needs: Needs) -> String {
+    let pick = |n: Needs, expr: &'static str, zero: &'static str| {
+        if needs.has(n) {
+            expr
+        } else {
+            zero
+        }
+    };
+    [
+        "toInt64(count())",
+        pick(Needs::FAILED, "toInt64(sum(failed))", "toInt64(0)"),
+        pick(
+            Needs::STARTUP_FAILURES,
+            "toInt64(sum(startup_failure))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::EXITS,
+            "toInt64(sum(exit_before_start))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::REBUFFER_MS,
+            "toInt64(sum(rebuffer_ms))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::REBUFFER_COUNT,
+            "toInt64(sum(rebuffer_count))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::WATCH_TIME,
+            "toInt64(sum(watch_time_ms))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::BITRATE,
+            "toFloat64(sum(bitrate_weighted_sum))",
+            "toFloat64(0)",
+        ),
+        pick(
+            Needs::BITRATE,
+            "toInt64(sum(bitrate_covered_ms))",
+            "toInt64(0)",
+        ),
+        pick(Needs::STARTUP, "toInt64(count(startup_ms))", "toInt64(0)"),
+        pick(
+            Needs::STARTUP,
+            "toFloat64(sum(ifNull(startup_ms, 0)))",
+            "toFloat64(0)",
+        ),
+        pick(
+            Needs::PERCENTILES,
+            "quantilesExact(0.5, 0.75, 0.95, 0.99)(startup_ms)",
+            "emptyArrayFloat64()",
+        ),
+    ]
+    .join(", ")
+}
 
 macro_rules! agg_row {
     ($name:ident $(, $key:ident : $kty:ty)?) => {
@@ -250,6 +357,8 @@ struct EventReadRow {
 struct Key {
     owner: String,
     session_id: String,
+    #[allow(dead_code)]
+    first_ts: i64,
 }
 
 #[derive(Row, Deserialize)]
@@ -264,6 +373,7 @@ struct BatchReadRow {
 struct StoredCount {
     session_id: String,
     batch_rows: u64,
+    started_at: i64,
 }
 
 #[derive(Row, Deserialize)]
@@ -311,6 +421,7 @@ impl ChStore {
         &self,
         sel: Selection<'_>,
         group: &Group,
+        needs: Needs,
     ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
         let mut sql = Sql::new("SELECT ");
         match group {
@@ -347,7 +458,8 @@ impl ChStore {
                 sql.push(" AS Nullable(String)) AS k, ");
             }
         }
-        sql.push(AGGREGATES).push(" FROM qoe_views FINAL WHERE ");
+        sql.push(&aggregates(needs))
+            .push(" FROM qoe_views FINAL WHERE ");
         push_selection(&mut sql, D, &sel);
         if *group != Group::All {
             sql.push(" GROUP BY k");
@@ -523,11 +635,14 @@ impl ChStore {
         } else {
             0
         };
+        // In order of the batches' event time, so a chunk's stored views lie in few days
+        // of the `qoe_views` sort key.
         let keys = self
             .client
             .query(
-                "SELECT DISTINCT owner, session_id FROM view_batches \
-                 WHERE written_at >= toDateTime(?) ORDER BY owner, session_id",
+                "SELECT owner, session_id, toInt64(min(first_ts)) AS first_ts FROM view_batches \
+                 WHERE written_at >= toDateTime(?) GROUP BY owner, session_id \
+                 ORDER BY owner, first_ts, session_id",
             )
             .bind(since.max(0))
             .fetch_all::<Key>()
@@ -586,18 +701,39 @@ impl ChStore {
                 .or_default()
                 .push(BatchDims::from_stored(b.first_ts, b.seq, &b.dims));
         }
-        let mut sql = Sql::new("SELECT session_id, batch_rows FROM qoe_views FINAL WHERE owner = ");
+        // A stored view was derived from some of these records, so it starts at one of
+        // their `first_ts` (or later, from events whose record was not yet visible): its
+        // day is at least the chunk's earliest record day.
+        let first_day = records
+            .values()
+            .flatten()
+            .map(|b| day_of(b.first_ts_ms))
+            .min()
+            .unwrap_or(0);
+        let mut sql = Sql::new(
+            "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL WHERE owner = ",
+        );
         sql.str(owner)
+            .push(" AND started_day >= ")
+            .int(first_day)
             .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str));
-        let stored: HashMap<String, u64> = self
+            .list(sessions.iter().map(String::as_str))
+            .push(" AND deleted = 0");
+        let mut stored: HashMap<String, u64> = HashMap::new();
+        let mut stored_days: HashMap<String, Vec<i64>> = HashMap::new();
+        for r in self
             .query(&sql)
             .fetch_all::<StoredCount>()
             .await
             .map_err(map_err)?
-            .into_iter()
-            .map(|r| (r.session_id, r.batch_rows))
-            .collect();
+        {
+            let n = stored.entry(r.session_id.clone()).or_insert(0);
+            *n = (*n).max(r.batch_rows);
+            stored_days
+                .entry(r.session_id)
+                .or_default()
+                .push(day_of(r.started_at));
+        }
         // A view whose record count is unchanged saw every event of those records when
         // it was derived (records are inserted after their events): skip it.
         let changed: Vec<&str> = sessions
@@ -668,6 +804,22 @@ impl ChStore {
         }
         stats.derived += rows.len();
         stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();
+        // Tombstones under every other day a derivation from less data may have put the
+        // view: such a derivation saw a subset of the events, so it started in
+        // [started_at, ended_at]; plus any day a stored row of it was read under.
+        let mut tombstones = Vec::new();
+        for r in &rows {
+            let day = day_of(r.started_at);
+            let last = day_of(r.ended_at).min(day + MAX_TOMBSTONE_DAYS);
+            let mut days: Vec<i64> = (day + 1..=last).collect();
+            for d in stored_days.get(&r.session_id).into_iter().flatten() {
+                if *d != day && !days.contains(d) {
+                    days.push(*d);
+                }
+            }
+            tombstones.extend(days.into_iter().map(|d| r.tombstone(d)));
+        }
+        rows.extend(tombstones);
         if rows.is_empty() {
             return Ok(());
         }

@@ -330,6 +330,12 @@ agg_row!(AggBucket, k: i64);
 agg_row!(AggValue, k: Option<String>);
 
 #[derive(Row, Deserialize)]
+struct PageKey {
+    session_id: String,
+    started_at: i64,
+}
+
+#[derive(Row, Deserialize)]
 struct SessionRow {
     session_id: String,
     first_ts: i64,
@@ -493,33 +499,79 @@ impl ChStore {
         })
     }
 
+    /// The page in two reads: the page's keys first (three narrow columns sorted, not
+    /// every column of the range), then those rows in full by key. If a row moved
+    /// between the two reads, the page is read again in one query.
     pub async fn views_page(
         &self,
         sel: Selection<'_>,
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Vec<View>, AnalyticsError> {
-        let mut sql = Sql::new(&format!(
-            "SELECT {VIEW_COLUMNS} FROM qoe_views FINAL WHERE "
-        ));
-        push_selection(&mut sql, D, &sel);
-        if let Some(c) = cursor {
-            sql.push(" AND (started_at < ")
-                .int(c.started_at)
-                .push(" OR (started_at = ")
-                .int(c.started_at)
-                .push(" AND session_id > ")
-                .str(&c.session_id)
-                .push("))");
+        let page = |columns: &str| {
+            let mut sql = Sql::new(&format!("SELECT {columns} FROM qoe_views FINAL WHERE "));
+            push_selection(&mut sql, D, &sel);
+            if let Some(c) = cursor {
+                sql.push(" AND (started_at < ")
+                    .int(c.started_at)
+                    .push(" OR (started_at = ")
+                    .int(c.started_at)
+                    .push(" AND session_id > ")
+                    .str(&c.session_id)
+                    .push("))");
+            }
+            sql.push(" ORDER BY started_at DESC, session_id ASC LIMIT ")
+                .int(limit as i64 + 1);
+            sql
+        };
+        let keys = self
+            .query(&page("session_id, started_at"))
+            .fetch_all::<PageKey>()
+            .await
+            .map_err(map_err)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
         }
-        sql.push(" ORDER BY started_at DESC, session_id ASC LIMIT ")
-            .int(limit as i64 + 1);
+        let mut days: Vec<i64> = keys.iter().map(|k| day_of(k.started_at)).collect();
+        days.sort_unstable();
+        days.dedup();
+        let mut sql = Sql::new(&format!(
+            "SELECT {VIEW_COLUMNS} FROM qoe_views FINAL WHERE owner = "
+        ));
+        sql.str(sel.owner).push(" AND started_day IN (");
+        for (i, d) in days.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.int(*d);
+        }
+        sql.push(") AND session_id IN ")
+            .list(keys.iter().map(|k| k.session_id.as_str()))
+            .push(" AND deleted = 0");
         let rows = self
             .query(&sql)
             .fetch_all::<ViewRow>()
             .await
             .map_err(map_err)?;
-        Ok(rows.into_iter().map(ViewRow::into_view).collect())
+        let mut by_key: HashMap<(String, i64), ViewRow> = rows
+            .into_iter()
+            .map(|r| ((r.session_id.clone(), r.started_at), r))
+            .collect();
+        let mut views = Vec::with_capacity(keys.len());
+        for k in keys {
+            match by_key.remove(&(k.session_id, k.started_at)) {
+                Some(r) => views.push(r.into_view()),
+                None => {
+                    let rows = self
+                        .query(&page(VIEW_COLUMNS))
+                        .fetch_all::<ViewRow>()
+                        .await
+                        .map_err(map_err)?;
+                    return Ok(rows.into_iter().map(ViewRow::into_view).collect());
+                }
+            }
+        }
+        Ok(views)
     }
 
     pub async fn sessions(

@@ -363,8 +363,6 @@ struct EventReadRow {
 struct Key {
     owner: String,
     session_id: String,
-    #[allow(dead_code)]
-    first_ts: i64,
 }
 
 #[derive(Row, Deserialize)]
@@ -687,14 +685,13 @@ impl ChStore {
         } else {
             0
         };
-        // In order of the batches' event time, so a chunk's stored views lie in few days
-        // of the `qoe_views` sort key.
+        // In session order: each chunk's events and records are then a narrow range of
+        // `telemetry_events` and `view_batches` (both sorted by session).
         let keys = self
             .client
             .query(
-                "SELECT owner, session_id, toInt64(min(first_ts)) AS first_ts FROM view_batches \
-                 WHERE written_at >= toDateTime(?) GROUP BY owner, session_id \
-                 ORDER BY owner, first_ts, session_id",
+                "SELECT DISTINCT owner, session_id FROM view_batches \
+                 WHERE written_at >= toDateTime(?) ORDER BY owner, session_id",
             )
             .bind(since.max(0))
             .fetch_all::<Key>()
@@ -753,21 +750,21 @@ impl ChStore {
                 .or_default()
                 .push(BatchDims::from_stored(b.first_ts, b.seq, &b.dims));
         }
-        // A stored view was derived from some of these records, so it starts at one of
-        // their `first_ts` (or later, from events whose record was not yet visible): its
-        // day is at least the chunk's earliest record day.
-        let first_day = records
-            .values()
-            .flatten()
-            .map(|b| day_of(b.first_ts_ms))
-            .min()
-            .unwrap_or(0);
+        // A stored view was derived from some of these records (and their events), so
+        // it starts at or before one of their `first_ts`, and at or after the earliest
+        // (unless it saw events whose record is not visible: it is then not found and
+        // derived again). Within each day of the sort key, `session_id IN` skips granules.
+        let record_days = || records.values().flatten().map(|b| day_of(b.first_ts_ms));
+        let first_day = record_days().min().unwrap_or(0);
+        let last_day = record_days().max().unwrap_or(0);
         let mut sql = Sql::new(
             "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL WHERE owner = ",
         );
         sql.str(owner)
             .push(" AND started_day >= ")
             .int(first_day)
+            .push(" AND started_day <= ")
+            .int(last_day)
             .push(" AND session_id IN ")
             .list(sessions.iter().map(String::as_str))
             .push(" AND deleted = 0");

@@ -75,6 +75,10 @@ struct RoutesArgs {
     /// Views generated per chunk (memory bound).
     #[arg(long, default_value_t = 20_000)]
     chunk: usize,
+    /// With `--views 0`: still run one refresher step over what is stored (e.g. after an
+    /// interrupted run, or a changed `qoe_views` layout).
+    #[arg(long)]
+    refresh: bool,
     /// Timed runs per route.
     #[arg(long, default_value_t = 30)]
     runs: usize,
@@ -200,6 +204,8 @@ async fn routes(a: RoutesArgs) -> Result<()> {
             a.views,
             t.elapsed().as_secs_f64()
         );
+    }
+    if a.views > 0 || a.refresh {
         let t = Instant::now();
         let mut r = Refresher::new(store.clone());
         let stats = r.step().await?;

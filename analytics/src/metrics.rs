@@ -89,6 +89,26 @@ impl Aggregate {
         a
     }
 
+    /// Adds `o`'s counts and sums to these (the aggregate of two disjoint groups);
+    /// percentiles do not add and become `None`.
+    pub(crate) fn add(&mut self, o: &Aggregate) {
+        self.views += o.views;
+        self.failed += o.failed;
+        self.startup_failures += o.startup_failures;
+        self.exits_before_start += o.exits_before_start;
+        self.rebuffer_ms += o.rebuffer_ms;
+        self.rebuffer_count += o.rebuffer_count;
+        self.watch_time_ms += o.watch_time_ms;
+        self.bitrate_weighted_sum += o.bitrate_weighted_sum;
+        self.bitrate_covered_ms += o.bitrate_covered_ms;
+        self.startup_count += o.startup_count;
+        self.startup_sum_ms += o.startup_sum_ms;
+        self.startup_p50_ms = None;
+        self.startup_p75_ms = None;
+        self.startup_p95_ms = None;
+        self.startup_p99_ms = None;
+    }
+
     /// The reported value of `metric` (rounded to 2 decimals); `measurement` applies to
     /// `startupTimeMs` only. `None` is null (an empty denominator).
     pub fn value(&self, metric: Metric, measurement: Measurement) -> Option<f64> {

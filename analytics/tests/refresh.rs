@@ -280,3 +280,135 @@ async fn clickhouse_a_stale_upsert_never_replaces_a_newer_view() {
     assert_eq!(views_json(&e).await, good);
     e.finish().await;
 }
+
+/// Views whose `startedAt` lies in `[from, to)`, through the overview (the count) and
+/// the views list (the session ids).
+async fn views_in(e: &Engine, from_ms: i64, to_ms: i64) -> (i64, Vec<String>) {
+    let range = TimeRange { from_ms, to_ms };
+    let overview = e
+        .store
+        .overview(
+            OWNER,
+            &analytics::query::OverviewQuery {
+                range,
+                filters: Filters::default(),
+            },
+            &StreamIds::new(),
+        )
+        .await
+        .expect("overview");
+    let list = e
+        .store
+        .views(
+            OWNER,
+            &ViewsQuery {
+                range,
+                ..everything()
+            },
+            &StreamIds::new(),
+        )
+        .await
+        .expect("views");
+    let v = serde_json::to_value(&list).expect("json");
+    let ids = v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["sessionId"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    (overview.views, ids)
+}
+
+#[tokio::test]
+async fn a_late_batch_moves_a_view_to_an_earlier_day() {
+    for_both(|e| async move {
+        let mut r = e.refresher();
+        let day = 86_400_000;
+        // First seen on 2024-05-01 (T0 + 1 h), then a batch from the evening before.
+        batch(&e, "s1", vec![start("s1", 3_600_000)], "sdk").await;
+        r.step().await.expect("step");
+        assert_eq!(
+            views_in(&e, T0, T0 + day).await,
+            (1, vec!["s1".to_owned()]),
+            "{}",
+            e.name
+        );
+        batch(
+            &e,
+            "s1",
+            vec![row("s1", -3_600_000, EventType::PlaybackPause, "{}")],
+            "sdk",
+        )
+        .await;
+        r.step().await.expect("step");
+        assert_eq!(views_in(&e, T0, T0 + day).await, (0, vec![]), "{}", e.name);
+        assert_eq!(
+            views_in(&e, T0 - day, T0).await,
+            (1, vec!["s1".to_owned()]),
+            "{}",
+            e.name
+        );
+        assert_eq!(
+            views_in(&e, T0 - day, T0 + day).await,
+            (1, vec!["s1".to_owned()]),
+            "{}",
+            e.name
+        );
+        // Moving back and forth across many days keeps exactly one view.
+        batch(&e, "s1", vec![end("s1", 3 * day)], "sdk").await;
+        r.step().await.expect("step");
+        batch(
+            &e,
+            "s1",
+            vec![row("s1", -2 * day, EventType::PlaybackPause, "{}")],
+            "sdk",
+        )
+        .await;
+        r.step().await.expect("step");
+        assert_eq!(
+            views_in(&e, T0 - 3 * day, T0 + 4 * day).await,
+            (1, vec!["s1".to_owned()]),
+            "{}",
+            e.name
+        );
+        assert_eq!(
+            views_in(&e, T0 - day, T0 + 4 * day).await,
+            (0, vec![]),
+            "{}",
+            e.name
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn clickhouse_a_stale_upsert_under_a_later_day_never_shows() {
+    let e = common::clickhouse().await;
+    let mut r = e.refresher();
+    let day = 86_400_000;
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    batch(&e, "s1", vec![end("s1", day + 20_000)], "sdk").await;
+    r.step().await.expect("step");
+    let good = views_json(&e).await;
+    // Another instance that saw only the second batch writes afterwards, under the next
+    // day: the newer derivation's tombstone there hides it.
+    e.clickhouse()
+        .query(
+            "INSERT INTO qoe_views (owner, session_id, started_at, ended_at, started, failed, \
+             startup_failure, exit_before_start, rebuffer_count, rebuffer_ms, paused_ms, \
+             watch_time_ms, bitrate_weighted_sum, bitrate_covered_ms, rendition_switches, \
+             upshifts, downshifts, error_count, browser, os, device_type, batch_rows, \
+             event_rows, version, derived_at) \
+             VALUES (?, 's1', ?, ?, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'x', 'x', 'x', \
+             1, 1, 4294967297, 0)",
+        )
+        .bind(OWNER)
+        .bind(T0 + day + 20_000)
+        .bind(T0 + day + 20_000)
+        .execute()
+        .await
+        .expect("stale row");
+    assert_eq!(views_json(&e).await, good);
+    assert_eq!(views_in(&e, T0 + day, T0 + 2 * day).await, (0, vec![]));
+    e.finish().await;
+}

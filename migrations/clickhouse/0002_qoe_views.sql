@@ -28,12 +28,18 @@ ORDER BY (owner, session_id, seq);
 -- `version` = batch_rows * 2^32 + event_rows grows with the data a derivation saw, so
 -- the row derived from the most data wins, whichever instance wrote it and in whatever
 -- order. Read with FINAL (docs/benchmarks.md: faster than an argMax dedup on 18.16).
--- Not partitioned: a view's started_at can move earlier when a late batch arrives, and
--- ReplacingMergeTree only replaces within a partition.
+-- Sorted by the day of started_at (`started_day`, epoch ms / 86,400,000 truncated, the
+-- same as Rust's `/`), so a range reads only its days. A view's started_at can move to
+-- an earlier day when a late batch arrives: each upsert also writes a tombstone
+-- (`deleted` = 1, same version) under every later day up to the day of its ended_at,
+-- where a derivation from less data may have put it; queries filter `deleted = 0` after
+-- FINAL. Not partitioned (a 7-day FINAL over day partitions measured slower).
 CREATE TABLE IF NOT EXISTS qoe_views (
     owner String,
     session_id String,
     started_at Int64,
+    started_day Int32 MATERIALIZED toInt32(intDiv(started_at, toInt64(86400000))),
+    deleted UInt8 DEFAULT 0,
     ended_at Int64,
     started UInt8,
     first_frame_at Nullable(Int64),
@@ -67,7 +73,7 @@ CREATE TABLE IF NOT EXISTS qoe_views (
     version UInt64,
     derived_at Int64
 ) ENGINE = ReplacingMergeTree(version)
-ORDER BY (owner, session_id);
+ORDER BY (owner, started_day, session_id);
 
 -- The refresher's watermark: the server time (epoch seconds) before which every
 -- visible batch record has been derived. The highest value wins.

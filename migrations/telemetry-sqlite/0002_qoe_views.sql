@@ -19,6 +19,11 @@ CREATE INDEX IF NOT EXISTS view_batches_session ON view_batches (owner, session_
 -- upserted by the refresher; `version` = batch_rows * 2^32 + event_rows, as on
 -- ClickHouse. Tags live in qoe_view_tags (one row per tag), so a filter or breakdown
 -- by tag.<name> is an indexed lookup, not a JSON path.
+-- Clustered by (owner, started_at DESC, session_id): every route selects a range of
+-- started_at, which is then one contiguous read of the table (no lookup per view), and
+-- the views list's order (newest first, ties by session) is the table's own. A view is
+-- unique per (owner, session_id) by the second index; the refresher's INSERT OR REPLACE
+-- deletes the stored row through it, also when started_at moved.
 CREATE TABLE IF NOT EXISTS qoe_views (
     owner TEXT NOT NULL,
     session_id TEXT NOT NULL,
@@ -53,9 +58,9 @@ CREATE TABLE IF NOT EXISTS qoe_views (
     event_rows INTEGER NOT NULL,
     version INTEGER NOT NULL,
     derived_at INTEGER NOT NULL,
-    PRIMARY KEY (owner, session_id)
+    PRIMARY KEY (owner, started_at DESC, session_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS qoe_views_started ON qoe_views (owner, started_at);
+CREATE UNIQUE INDEX IF NOT EXISTS qoe_views_session ON qoe_views (owner, session_id);
 
 CREATE TABLE IF NOT EXISTS qoe_view_tags (
     owner TEXT NOT NULL,

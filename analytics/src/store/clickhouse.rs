@@ -9,8 +9,8 @@ use clickhouse::{Client, Row};
 use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
 use serde::{Deserialize, Serialize};
 
-use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Selection};
+use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
+use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
@@ -40,7 +40,7 @@ const VIEW_COLUMNS: &str = "owner, session_id, started_at, ended_at, started, fi
     rebuffer_ms, paused_ms, watch_time_ms, bitrate_weighted_sum, bitrate_covered_ms, \
     rendition_switches, upshifts, downshifts, error_count, fatal_error_code, content_id, src, \
     sdk, player, browser, os, device_type, tag_keys, tag_values, batch_rows, event_rows, \
-    version, derived_at";
+    version, derived_at, deleted";
 
 /// One row of `qoe_views`.
 #[derive(Debug, Clone, Row, Serialize, Deserialize)]
@@ -80,7 +80,13 @@ struct ViewRow {
     event_rows: u64,
     version: u64,
     derived_at: i64,
+    /// 1 for a tombstone: the view is no longer under this row's `started_day`.
+    deleted: u8,
 }
+
+/// Tombstones cover at most this many days after a view's start day (plus any day a
+/// stored row of it was read under): a view spanning longer is pathological.
+const MAX_TOMBSTONE_DAYS: i64 = 366;
 
 impl ViewRow {
     fn new(owner: &str, v: &View, batch_rows: u64, event_rows: u64, now_ms: i64) -> Self {
@@ -121,6 +127,50 @@ impl ViewRow {
             event_rows,
             version: view_version(batch_rows, event_rows),
             derived_at: now_ms,
+            deleted: 0,
+        }
+    }
+
+    /// A tombstone of this view under `day` (another day than its start's): same owner,
+    /// session and version, `deleted` = 1, every value empty.
+    fn tombstone(&self, day: i64) -> Self {
+        ViewRow {
+            owner: self.owner.clone(),
+            session_id: self.session_id.clone(),
+            started_at: day * crate::query::DAY_MS,
+            ended_at: day * crate::query::DAY_MS,
+            started: 0,
+            first_frame_at: None,
+            startup_ms: None,
+            failed: 0,
+            failed_at: None,
+            startup_failure: 0,
+            exit_before_start: 0,
+            rebuffer_count: 0,
+            rebuffer_ms: 0,
+            paused_ms: 0,
+            watch_time_ms: 0,
+            bitrate_weighted_sum: 0.0,
+            bitrate_covered_ms: 0,
+            rendition_switches: 0,
+            upshifts: 0,
+            downshifts: 0,
+            error_count: 0,
+            fatal_error_code: None,
+            content_id: None,
+            src: None,
+            sdk: None,
+            player: None,
+            browser: String::new(),
+            os: String::new(),
+            device_type: String::new(),
+            tag_keys: Vec::new(),
+            tag_values: Vec::new(),
+            batch_rows: 0,
+            event_rows: 0,
+            version: self.version,
+            derived_at: self.derived_at,
+            deleted: 1,
         }
     }
 
@@ -163,12 +213,69 @@ impl ViewRow {
     }
 }
 
-/// The aggregate columns, in the order of the `Agg*` rows' fields after the key.
-const AGGREGATES: &str = "toInt64(count()), toInt64(sum(failed)), toInt64(sum(startup_failure)), \
-    toInt64(sum(exit_before_start)), toInt64(sum(rebuffer_ms)), toInt64(sum(rebuffer_count)), \
-    toInt64(sum(watch_time_ms)), toFloat64(sum(bitrate_weighted_sum)), \
-    toInt64(sum(bitrate_covered_ms)), toInt64(count(startup_ms)), \
-    toFloat64(sum(ifNull(startup_ms, 0))), quantilesExact(0.5, 0.75, 0.95, 0.99)(startup_ms)";
+/// The aggregate columns a route needs, in the order of the `Agg*` rows' fields after the
+/// key; an input not needed is a constant (0, no quantiles), so its column is not read and
+/// no exact quantile state is built when no percentile is reported.
+fn aggregates(needs: Needs) -> String {
+    let pick = |n: Needs, expr: &'static str, zero: &'static str| {
+        if needs.has(n) {
+            expr
+        } else {
+            zero
+        }
+    };
+    [
+        "toInt64(count())",
+        pick(Needs::FAILED, "toInt64(sum(failed))", "toInt64(0)"),
+        pick(
+            Needs::STARTUP_FAILURES,
+            "toInt64(sum(startup_failure))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::EXITS,
+            "toInt64(sum(exit_before_start))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::REBUFFER_MS,
+            "toInt64(sum(rebuffer_ms))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::REBUFFER_COUNT,
+            "toInt64(sum(rebuffer_count))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::WATCH_TIME,
+            "toInt64(sum(watch_time_ms))",
+            "toInt64(0)",
+        ),
+        pick(
+            Needs::BITRATE,
+            "toFloat64(sum(bitrate_weighted_sum))",
+            "toFloat64(0)",
+        ),
+        pick(
+            Needs::BITRATE,
+            "toInt64(sum(bitrate_covered_ms))",
+            "toInt64(0)",
+        ),
+        pick(Needs::STARTUP, "toInt64(count(startup_ms))", "toInt64(0)"),
+        pick(
+            Needs::STARTUP,
+            "toFloat64(sum(ifNull(startup_ms, 0)))",
+            "toFloat64(0)",
+        ),
+        pick(
+            Needs::PERCENTILES,
+            "quantilesExact(0.5, 0.75, 0.95, 0.99)(startup_ms)",
+            "emptyArrayFloat64()",
+        ),
+    ]
+    .join(", ")
+}
 
 macro_rules! agg_row {
     ($name:ident $(, $key:ident : $kty:ty)?) => {
@@ -223,6 +330,12 @@ agg_row!(AggBucket, k: i64);
 agg_row!(AggValue, k: Option<String>);
 
 #[derive(Row, Deserialize)]
+struct PageKey {
+    session_id: String,
+    started_at: i64,
+}
+
+#[derive(Row, Deserialize)]
 struct SessionRow {
     session_id: String,
     first_ts: i64,
@@ -264,6 +377,7 @@ struct BatchReadRow {
 struct StoredCount {
     session_id: String,
     batch_rows: u64,
+    started_at: i64,
 }
 
 #[derive(Row, Deserialize)]
@@ -311,6 +425,7 @@ impl ChStore {
         &self,
         sel: Selection<'_>,
         group: &Group,
+        needs: Needs,
     ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
         let mut sql = Sql::new("SELECT ");
         match group {
@@ -347,7 +462,8 @@ impl ChStore {
                 sql.push(" AS Nullable(String)) AS k, ");
             }
         }
-        sql.push(AGGREGATES).push(" FROM qoe_views FINAL WHERE ");
+        sql.push(&aggregates(needs))
+            .push(" FROM qoe_views FINAL WHERE ");
         push_selection(&mut sql, D, &sel);
         if *group != Group::All {
             sql.push(" GROUP BY k");
@@ -381,33 +497,79 @@ impl ChStore {
         })
     }
 
+    /// The page in two reads: the page's keys first (three narrow columns sorted, not
+    /// every column of the range), then those rows in full by key. If a row moved
+    /// between the two reads, the page is read again in one query.
     pub async fn views_page(
         &self,
         sel: Selection<'_>,
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Vec<View>, AnalyticsError> {
-        let mut sql = Sql::new(&format!(
-            "SELECT {VIEW_COLUMNS} FROM qoe_views FINAL WHERE "
-        ));
-        push_selection(&mut sql, D, &sel);
-        if let Some(c) = cursor {
-            sql.push(" AND (started_at < ")
-                .int(c.started_at)
-                .push(" OR (started_at = ")
-                .int(c.started_at)
-                .push(" AND session_id > ")
-                .str(&c.session_id)
-                .push("))");
+        let page = |columns: &str| {
+            let mut sql = Sql::new(&format!("SELECT {columns} FROM qoe_views FINAL WHERE "));
+            push_selection(&mut sql, D, &sel);
+            if let Some(c) = cursor {
+                sql.push(" AND (started_at < ")
+                    .int(c.started_at)
+                    .push(" OR (started_at = ")
+                    .int(c.started_at)
+                    .push(" AND session_id > ")
+                    .str(&c.session_id)
+                    .push("))");
+            }
+            sql.push(" ORDER BY started_at DESC, session_id ASC LIMIT ")
+                .int(limit as i64 + 1);
+            sql
+        };
+        let keys = self
+            .query(&page("session_id, started_at"))
+            .fetch_all::<PageKey>()
+            .await
+            .map_err(map_err)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
         }
-        sql.push(" ORDER BY started_at DESC, session_id ASC LIMIT ")
-            .int(limit as i64 + 1);
+        let mut days: Vec<i64> = keys.iter().map(|k| day_of(k.started_at)).collect();
+        days.sort_unstable();
+        days.dedup();
+        let mut sql = Sql::new(&format!(
+            "SELECT {VIEW_COLUMNS} FROM qoe_views FINAL WHERE owner = "
+        ));
+        sql.str(sel.owner).push(" AND started_day IN (");
+        for (i, d) in days.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.int(*d);
+        }
+        sql.push(") AND session_id IN ")
+            .list(keys.iter().map(|k| k.session_id.as_str()))
+            .push(" AND deleted = 0");
         let rows = self
             .query(&sql)
             .fetch_all::<ViewRow>()
             .await
             .map_err(map_err)?;
-        Ok(rows.into_iter().map(ViewRow::into_view).collect())
+        let mut by_key: HashMap<(String, i64), ViewRow> = rows
+            .into_iter()
+            .map(|r| ((r.session_id.clone(), r.started_at), r))
+            .collect();
+        let mut views = Vec::with_capacity(keys.len());
+        for k in keys {
+            match by_key.remove(&(k.session_id, k.started_at)) {
+                Some(r) => views.push(r.into_view()),
+                None => {
+                    let rows = self
+                        .query(&page(VIEW_COLUMNS))
+                        .fetch_all::<ViewRow>()
+                        .await
+                        .map_err(map_err)?;
+                    return Ok(rows.into_iter().map(ViewRow::into_view).collect());
+                }
+            }
+        }
+        Ok(views)
     }
 
     pub async fn sessions(
@@ -523,6 +685,8 @@ impl ChStore {
         } else {
             0
         };
+        // In session order: each chunk's events and records are then a narrow range of
+        // `telemetry_events` and `view_batches` (both sorted by session).
         let keys = self
             .client
             .query(
@@ -586,18 +750,39 @@ impl ChStore {
                 .or_default()
                 .push(BatchDims::from_stored(b.first_ts, b.seq, &b.dims));
         }
-        let mut sql = Sql::new("SELECT session_id, batch_rows FROM qoe_views FINAL WHERE owner = ");
+        // A stored view was derived from some of these records (and their events), so
+        // it starts at or before one of their `first_ts`, and at or after the earliest
+        // (unless it saw events whose record is not visible: it is then not found and
+        // derived again). Within each day of the sort key, `session_id IN` skips granules.
+        let record_days = || records.values().flatten().map(|b| day_of(b.first_ts_ms));
+        let first_day = record_days().min().unwrap_or(0);
+        let last_day = record_days().max().unwrap_or(0);
+        let mut sql = Sql::new(
+            "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL WHERE owner = ",
+        );
         sql.str(owner)
+            .push(" AND started_day >= ")
+            .int(first_day)
+            .push(" AND started_day <= ")
+            .int(last_day)
             .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str));
-        let stored: HashMap<String, u64> = self
+            .list(sessions.iter().map(String::as_str))
+            .push(" AND deleted = 0");
+        let mut stored: HashMap<String, u64> = HashMap::new();
+        let mut stored_days: HashMap<String, Vec<i64>> = HashMap::new();
+        for r in self
             .query(&sql)
             .fetch_all::<StoredCount>()
             .await
             .map_err(map_err)?
-            .into_iter()
-            .map(|r| (r.session_id, r.batch_rows))
-            .collect();
+        {
+            let n = stored.entry(r.session_id.clone()).or_insert(0);
+            *n = (*n).max(r.batch_rows);
+            stored_days
+                .entry(r.session_id)
+                .or_default()
+                .push(day_of(r.started_at));
+        }
         // A view whose record count is unchanged saw every event of those records when
         // it was derived (records are inserted after their events): skip it.
         let changed: Vec<&str> = sessions
@@ -668,6 +853,22 @@ impl ChStore {
         }
         stats.derived += rows.len();
         stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();
+        // Tombstones under every other day a derivation from less data may have put the
+        // view: such a derivation saw a subset of the events, so it started in
+        // [started_at, ended_at]; plus any day a stored row of it was read under.
+        let mut tombstones = Vec::new();
+        for r in &rows {
+            let day = day_of(r.started_at);
+            let last = day_of(r.ended_at).min(day + MAX_TOMBSTONE_DAYS);
+            let mut days: Vec<i64> = (day + 1..=last).collect();
+            for d in stored_days.get(&r.session_id).into_iter().flatten() {
+                if *d != day && !days.contains(d) {
+                    days.push(*d);
+                }
+            }
+            tombstones.extend(days.into_iter().map(|d| r.tombstone(d)));
+        }
+        rows.extend(tombstones);
         if rows.is_empty() {
             return Ok(());
         }

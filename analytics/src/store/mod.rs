@@ -115,6 +115,57 @@ pub(crate) enum GroupKey {
     Value(Option<String>),
 }
 
+/// Which inputs of an [`Aggregate`] one aggregation needs; the engines compute only those
+/// (the others stay 0 / `None`), so a route reads only the columns its metric uses and
+/// sorts for exact percentiles only when it reports one. `views` is always counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Needs(u16);
+
+impl Needs {
+    pub const FAILED: Needs = Needs(1);
+    pub const STARTUP_FAILURES: Needs = Needs(1 << 1);
+    pub const EXITS: Needs = Needs(1 << 2);
+    pub const REBUFFER_MS: Needs = Needs(1 << 3);
+    pub const REBUFFER_COUNT: Needs = Needs(1 << 4);
+    pub const WATCH_TIME: Needs = Needs(1 << 5);
+    /// `bitrate_weighted_sum` and `bitrate_covered_ms`.
+    pub const BITRATE: Needs = Needs(1 << 6);
+    /// `startup_count` and `startup_sum_ms`.
+    pub const STARTUP: Needs = Needs(1 << 7);
+    /// The exact startup percentiles (implies [`Needs::STARTUP`]).
+    pub const PERCENTILES: Needs = Needs(1 << 8 | 1 << 7);
+    /// Only the number of views.
+    pub const VIEWS: Needs = Needs(0);
+    /// Everything (the overview).
+    pub const ALL: Needs = Needs((1 << 9) - 1);
+    /// What the timeline's viewers read: views, failures, rebuffering, p50 startup.
+    pub const TIMELINE: Needs =
+        Needs(Needs::FAILED.0 | Needs::REBUFFER_MS.0 | Needs::WATCH_TIME.0 | Needs::PERCENTILES.0);
+
+    /// What `metric` (with `measurement`) is computed from.
+    pub fn metric(metric: Metric, measurement: Measurement) -> Needs {
+        match metric {
+            Metric::Views => Needs::VIEWS,
+            Metric::PlaybackFailurePct => Needs::FAILED,
+            Metric::StartupFailurePct => Needs::STARTUP_FAILURES,
+            Metric::ExitBeforeStartPct => Needs::EXITS,
+            Metric::StartupTimeMs => match measurement {
+                Measurement::Avg => Needs::STARTUP,
+                _ => Needs::PERCENTILES,
+            },
+            Metric::RebufferPct => Needs(Needs::REBUFFER_MS.0 | Needs::WATCH_TIME.0),
+            Metric::RebufferFrequency => Needs(Needs::REBUFFER_COUNT.0 | Needs::WATCH_TIME.0),
+            Metric::WatchTimeMs => Needs::WATCH_TIME,
+            Metric::AvgBitrateKbps => Needs::BITRATE,
+        }
+    }
+
+    /// True when every input of `other` is needed.
+    pub fn has(self, other: Needs) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
 /// Which views one aggregation reads: the owner's, `startedAt` in the range, passing the
 /// filters, and (timeline) with this exact `src`.
 #[derive(Debug, Clone, Copy)]
@@ -183,11 +234,12 @@ impl Store {
         &self,
         sel: Selection<'_>,
         group: &Group,
+        needs: Needs,
     ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
         self.guarded(async {
             match &self.engine {
-                Engine::ClickHouse(ch) => ch.aggregate(sel, group).await,
-                Engine::Sqlite(sq) => sq.aggregate(sel, group).await,
+                Engine::ClickHouse(ch) => ch.aggregate(sel, group, needs).await,
+                Engine::Sqlite(sq) => sq.aggregate(sel, group, needs).await,
             }
         })
         .await
@@ -207,7 +259,7 @@ impl Store {
             streams,
             src: None,
         };
-        let all = self.aggregate(sel, &Group::All).await?;
+        let all = self.aggregate(sel, &Group::All, Needs::ALL).await?;
         let a = all.into_iter().next().map(|(_, a)| a).unwrap_or_default();
         Ok(OverviewBody::build(q.range, &a))
     }
@@ -227,7 +279,11 @@ impl Store {
             src: None,
         };
         let buckets = self
-            .aggregate(sel, &Group::Bucket(q.granularity.ms()))
+            .aggregate(
+                sel,
+                &Group::Bucket(q.granularity.ms()),
+                Needs::metric(q.metric, q.measurement),
+            )
             .await?;
         Ok(TimeseriesBody::build(q, &by_bucket(buckets)))
     }
@@ -247,13 +303,29 @@ impl Store {
             src: None,
         };
         let by = Group::Dim(q.by.clone());
-        let (overall, groups) =
-            tokio::try_join!(self.aggregate(sel, &Group::All), self.aggregate(sel, &by))?;
-        let overall = overall
-            .into_iter()
-            .next()
-            .map(|(_, a)| a)
-            .unwrap_or_default();
+        let needs = Needs::metric(q.metric, q.measurement);
+        let (overall, groups) = if needs.has(Needs::PERCENTILES) {
+            // A percentile of everything is not one of the groups': a second aggregation.
+            let (overall, groups) = tokio::try_join!(
+                self.aggregate(sel, &Group::All, needs),
+                self.aggregate(sel, &by, needs)
+            )?;
+            let overall = overall
+                .into_iter()
+                .next()
+                .map(|(_, a)| a)
+                .unwrap_or_default();
+            (overall, groups)
+        } else {
+            // Every other input is a count or a sum: the overall is the groups' total
+            // (each view is in exactly one group), from the same single scan.
+            let groups = self.aggregate(sel, &by, needs).await?;
+            let mut overall = Aggregate::default();
+            for (_, a) in &groups {
+                overall.add(a);
+            }
+            (overall, groups)
+        };
         let groups = groups.into_iter().map(|(k, a)| match k {
             GroupKey::Value(v) => (v, a),
             GroupKey::All | GroupKey::Bucket(_) => (None, a),
@@ -306,7 +378,7 @@ impl Store {
             src: Some(stream_src),
         };
         let buckets = self
-            .aggregate(sel, &Group::Bucket(q.granularity.ms()))
+            .aggregate(sel, &Group::Bucket(q.granularity.ms()), Needs::TIMELINE)
             .await?;
         Ok(timeline_viewers(
             q.range,
@@ -333,7 +405,9 @@ impl Store {
             streams,
             src: None,
         };
-        let all = self.aggregate(sel, &Group::All).await?;
+        let all = self
+            .aggregate(sel, &Group::All, Needs::metric(metric, measurement))
+            .await?;
         let a = all.into_iter().next().map(|(_, a)| a).unwrap_or_default();
         Ok((a.views, a.value(metric, measurement)))
     }

@@ -139,6 +139,15 @@ pub(crate) fn push_selection(sql: &mut Sql, d: Dialect, sel: &Selection<'_>) {
         .push(&d.col("started_at"))
         .push(" < ")
         .int(sel.range.to_ms);
+    if d == Dialect::ClickHouse {
+        // The sort key's day column, so only the range's days are read; tombstones of a
+        // view that moved to an earlier day are dropped after FINAL.
+        sql.push(" AND started_day >= ")
+            .int(day_of(sel.range.from_ms))
+            .push(" AND started_day <= ")
+            .int(day_of(sel.range.to_ms.saturating_sub(1)))
+            .push(" AND deleted = 0");
+    }
     if let Some(src) = sel.src {
         sql.push(" AND ").push(&d.col("src")).push(" = ").str(src);
     }
@@ -194,6 +203,13 @@ fn push_filters(sql: &mut Sql, d: Dialect, sel: &Selection<'_>) {
     }
 }
 
+/// ClickHouse `qoe_views.started_day` of a time: epoch ms / 86,400,000 truncated toward
+/// zero, as `intDiv` computes it (monotonic, so `[from, to)` lies in
+/// `[day_of(from), day_of(to − 1)]`).
+pub(crate) fn day_of(ms: i64) -> i64 {
+    ms / crate::query::DAY_MS
+}
+
 /// `started_at` floored to a UTC-aligned bucket of `width` ms (floor division, also for
 /// times before 1970), as both engines write it. ClickHouse 18.16 types `Int64 % 60000`
 /// by the divisor's width (`Int16`, so remainders over 32,767 wrap): the divisor is cast.
@@ -238,11 +254,12 @@ mod tests {
         push_selection(&mut ch, Dialect::ClickHouse, &sel);
         assert_eq!(
             ch.text,
-            "owner = ? AND started_at >= ? AND started_at < ? AND os IN (?, ?) \
+            "owner = ? AND started_at >= ? AND started_at < ? AND started_day >= ? \
+             AND started_day <= ? AND deleted = 0 AND os IN (?, ?) \
              AND src IN (?) AND (if(has(tag_keys, ?), tag_values[indexOf(tag_keys, ?)], NULL) IS NULL \
              OR if(has(tag_keys, ?), tag_values[indexOf(tag_keys, ?)], NULL) NOT IN (?))"
         );
-        assert_eq!(ch.args.len(), 3 + 2 + 1 + 5);
+        assert_eq!(ch.args.len(), 3 + 2 + 2 + 1 + 5);
         let mut sq = Sql::default();
         push_selection(&mut sq, Dialect::Sqlite, &sel);
         assert!(sq.text.starts_with("v.owner = ? AND v.started_at >= ?"));
@@ -253,6 +270,15 @@ mod tests {
         let mut sq = Sql::default();
         push_selection(&mut sq, Dialect::Sqlite, &sel);
         assert!(sq.text.ends_with(" AND 0 = 1"));
+    }
+
+    #[test]
+    fn day_of_truncates_like_int_div() {
+        assert_eq!(day_of(0), 0);
+        assert_eq!(day_of(-1), 0);
+        assert_eq!(day_of(-86_400_001), -1);
+        assert_eq!(day_of(1_714_521_599_999), 19_843);
+        assert_eq!(day_of(1_714_521_600_000), 19_844);
     }
 
     #[test]

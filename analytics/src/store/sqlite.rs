@@ -9,7 +9,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
 use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Selection};
+use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
@@ -88,22 +88,29 @@ fn view_from_row(r: &SqliteRow) -> Result<View, sqlx::Error> {
     })
 }
 
-/// The aggregate columns over the selection `s` (with key `k`, startup rank `si` and
-/// count `sn`), in [`aggregate_from_row`] order after the key.
-const AGGREGATES: &str = "COUNT(*), COALESCE(SUM(failed), 0), COALESCE(SUM(startup_failure), 0), \
-    COALESCE(SUM(exit_before_start), 0), COALESCE(SUM(rebuffer_ms), 0), \
-    COALESCE(SUM(rebuffer_count), 0), COALESCE(SUM(watch_time_ms), 0), \
-    TOTAL(bitrate_weighted_sum), COALESCE(SUM(bitrate_covered_ms), 0), COUNT(startup_ms), \
-    TOTAL(startup_ms), \
-    MAX(CASE WHEN si = MIN(sn - 1, sn * 50 / 100) THEN startup_ms END), \
-    MAX(CASE WHEN si = MIN(sn - 1, sn * 75 / 100) THEN startup_ms END), \
-    MAX(CASE WHEN si = MIN(sn - 1, sn * 95 / 100) THEN startup_ms END), \
-    MAX(CASE WHEN si = MIN(sn - 1, sn * 99 / 100) THEN startup_ms END)";
-
-/// The columns of `qoe_views` an aggregation reads.
-const AGGREGATED: &str = "v.failed, v.startup_failure, v.exit_before_start, v.rebuffer_ms, \
-    v.rebuffer_count, v.watch_time_ms, v.bitrate_weighted_sum, v.bitrate_covered_ms, \
-    v.startup_ms";
+/// The aggregate columns a route needs, in [`aggregate_from_row`] order after the key;
+/// an input not needed is the constant 0, so its column is not read.
+fn aggregates(needs: Needs) -> String {
+    let pick = |n: Needs, expr: &'static str| if needs.has(n) { expr } else { "0" };
+    let pick_f = |n: Needs, expr: &'static str| if needs.has(n) { expr } else { "0.0" };
+    [
+        "COUNT(*)",
+        pick(Needs::FAILED, "COALESCE(SUM(v.failed), 0)"),
+        pick(
+            Needs::STARTUP_FAILURES,
+            "COALESCE(SUM(v.startup_failure), 0)",
+        ),
+        pick(Needs::EXITS, "COALESCE(SUM(v.exit_before_start), 0)"),
+        pick(Needs::REBUFFER_MS, "COALESCE(SUM(v.rebuffer_ms), 0)"),
+        pick(Needs::REBUFFER_COUNT, "COALESCE(SUM(v.rebuffer_count), 0)"),
+        pick(Needs::WATCH_TIME, "COALESCE(SUM(v.watch_time_ms), 0)"),
+        pick_f(Needs::BITRATE, "TOTAL(v.bitrate_weighted_sum)"),
+        pick(Needs::BITRATE, "COALESCE(SUM(v.bitrate_covered_ms), 0)"),
+        pick(Needs::STARTUP, "COUNT(v.startup_ms)"),
+        pick_f(Needs::STARTUP, "TOTAL(v.startup_ms)"),
+    ]
+    .join(", ")
+}
 
 fn aggregate_from_row(r: &SqliteRow) -> Result<Aggregate, sqlx::Error> {
     Ok(Aggregate {
@@ -118,12 +125,15 @@ fn aggregate_from_row(r: &SqliteRow) -> Result<Aggregate, sqlx::Error> {
         bitrate_covered_ms: r.try_get(9)?,
         startup_count: r.try_get(10)?,
         startup_sum_ms: r.try_get(11)?,
-        startup_p50_ms: r.try_get(12)?,
-        startup_p75_ms: r.try_get(13)?,
-        startup_p95_ms: r.try_get(14)?,
-        startup_p99_ms: r.try_get(15)?,
+        startup_p50_ms: None,
+        startup_p75_ms: None,
+        startup_p95_ms: None,
+        startup_p99_ms: None,
     })
 }
+
+/// The percentiles analytics.md §3 reports, in whole percent.
+const PERCENTILES: [i64; 4] = [50, 75, 95, 99];
 
 fn bind_all<'q>(
     mut q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
@@ -150,11 +160,15 @@ impl SqliteStore {
             .map_err(map_err)
     }
 
-    pub async fn aggregate(
+    /// The `FROM … WHERE …` of an aggregation with its group key `k` (in `head`, after
+    /// `SELECT `): the `streams` table for a `streamId` breakdown, the selection.
+    fn grouped(
         &self,
-        sel: Selection<'_>,
+        sel: &Selection<'_>,
         group: &Group,
-    ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
+        columns: &str,
+        extra_where: &str,
+    ) -> Result<Sql, AnalyticsError> {
         let by_stream = *group == Group::Dim(Dimension::StreamId);
         let mut sql = Sql::default();
         if by_stream {
@@ -168,13 +182,7 @@ impl SqliteStore {
             .str(&json)
             .push(")) ");
         }
-        sql.push("SELECT k, ")
-            .push(AGGREGATES)
-            .push(
-                " FROM (SELECT s.*, CASE WHEN s.startup_ms IS NOT NULL THEN ROW_NUMBER() \
-                 OVER (PARTITION BY s.k, s.startup_ms IS NULL ORDER BY s.startup_ms) - 1 END AS si, \
-                 COUNT(s.startup_ms) OVER (PARTITION BY s.k) AS sn FROM (SELECT ",
-            );
+        sql.push("SELECT ");
         match group {
             Group::All => {
                 sql.push("0");
@@ -187,27 +195,105 @@ impl SqliteStore {
             }
             Group::Dim(dim) => D.push_value(&mut sql, dim),
         }
-        sql.push(" AS k, ")
-            .push(AGGREGATED)
-            .push(" FROM qoe_views v ");
+        sql.push(" AS k, ").push(columns).push(" FROM qoe_views v ");
         if by_stream {
             sql.push("LEFT JOIN streams st ON st.src = v.src ");
         }
         sql.push("WHERE ");
-        push_selection(&mut sql, D, &sel);
-        sql.push(") s) GROUP BY k");
-        let rows = self.fetch(&sql).await?;
-        rows.iter()
-            .map(|r| {
-                let key = match group {
-                    Group::All => GroupKey::All,
-                    Group::Bucket(_) => GroupKey::Bucket(r.try_get(0)?),
-                    Group::Dim(_) => GroupKey::Value(r.try_get(0)?),
-                };
-                Ok((key, aggregate_from_row(r)?))
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(map_err)
+        push_selection(&mut sql, D, sel);
+        sql.push(extra_where);
+        Ok(sql)
+    }
+
+    fn key(r: &SqliteRow, group: &Group) -> Result<GroupKey, sqlx::Error> {
+        Ok(match group {
+            Group::All => GroupKey::All,
+            Group::Bucket(_) => GroupKey::Bucket(r.try_get(0)?),
+            Group::Dim(_) => GroupKey::Value(r.try_get(0)?),
+        })
+    }
+
+    /// One scan for the counts and sums (only the columns `needs` reads, no sort but
+    /// the grouping's); when a percentile is needed, a second, narrower query over the
+    /// non-null `startup_ms` only numbers them per group and returns just the rows at
+    /// the percentile offsets `min(n − 1, floor(n·p/100))`.
+    pub async fn aggregate(
+        &self,
+        sel: Selection<'_>,
+        group: &Group,
+        needs: Needs,
+    ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
+        let mut sql = self.grouped(&sel, group, &aggregates(needs), "")?;
+        sql.push(" GROUP BY k");
+        let percentiles = if needs.has(Needs::PERCENTILES) {
+            let inner = self.grouped(
+                &sel,
+                group,
+                "v.startup_ms AS x",
+                " AND v.startup_ms IS NOT NULL",
+            )?;
+            let mut sql = Sql::new(
+                "SELECT k, rn, sn, x FROM (SELECT k, x, ROW_NUMBER() OVER (PARTITION BY k \
+                 ORDER BY x) - 1 AS rn, COUNT(*) OVER (PARTITION BY k) AS sn FROM (",
+            );
+            sql.text.push_str(&inner.text);
+            sql.args.extend(inner.args);
+            sql.push(")) WHERE ");
+            for (i, p) in PERCENTILES.iter().enumerate() {
+                if i > 0 {
+                    sql.push(" OR ");
+                }
+                sql.push(&format!("rn = MIN(sn - 1, sn * {p} / 100)"));
+            }
+            Some(sql)
+        } else {
+            None
+        };
+        let (rows, prows) = match &percentiles {
+            Some(p) => {
+                let (rows, prows) = tokio::try_join!(self.fetch(&sql), self.fetch(p))?;
+                (rows, prows)
+            }
+            None => (self.fetch(&sql).await?, Vec::new()),
+        };
+        let mut out = rows
+            .iter()
+            .map(|r| Ok((Self::key(r, group)?, aggregate_from_row(r)?)))
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(map_err)?;
+        if prows.is_empty() {
+            return Ok(out);
+        }
+        // (key, offset) → value; n is the group's count of startup values.
+        let mut at: Vec<(GroupKey, i64, i64, f64)> = Vec::with_capacity(prows.len());
+        for r in &prows {
+            at.push((
+                Self::key(r, group).map_err(map_err)?,
+                r.try_get(1).map_err(map_err)?,
+                r.try_get(2).map_err(map_err)?,
+                r.try_get(3).map_err(map_err)?,
+            ));
+        }
+        let mut by_key: HashMap<String, Vec<(i64, i64, f64)>> = HashMap::new();
+        for (k, rn, sn, x) in at {
+            by_key.entry(key_id(&k)).or_default().push((rn, sn, x));
+        }
+        for (k, a) in &mut out {
+            let Some(found) = by_key.get(&key_id(k)) else {
+                continue;
+            };
+            let pick = |p: i64| {
+                found
+                    .iter()
+                    .find(|(rn, sn, _)| *rn == (sn * p / 100).min(sn - 1))
+                    .map(|(_, _, x)| *x)
+            };
+            a.startup_p50_ms = pick(PERCENTILES[0]);
+            a.startup_p75_ms = pick(PERCENTILES[1]);
+            a.startup_p95_ms = pick(PERCENTILES[2]);
+            a.startup_p99_ms = pick(PERCENTILES[3]);
+        }
+        Ok(out)
     }
 
     pub async fn views_page(
@@ -466,6 +552,16 @@ impl SqliteStore {
             .write_transaction(move |tx| upsert_views(tx, &owner, &derived, now))
             .await?;
         Ok(())
+    }
+}
+
+/// A map key for a group key (`None` and `Some("")` differ).
+fn key_id(k: &GroupKey) -> String {
+    match k {
+        GroupKey::All => String::new(),
+        GroupKey::Bucket(t) => t.to_string(),
+        GroupKey::Value(None) => "n".to_owned(),
+        GroupKey::Value(Some(v)) => format!("v{v}"),
     }
 }
 

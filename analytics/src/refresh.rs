@@ -145,7 +145,7 @@ pub async fn run(store: Store, every: Duration, mut stop: watch::Receiver<bool>)
             Err(e) => {
                 failures += 1;
                 // The first failure and then every tenth: an outage does not flood the log.
-                if failures == 1 || failures % 10 == 0 {
+                if failures == 1 || failures.is_multiple_of(10) {
                     tracing::warn!(error = %e, failures, "qoe refresh failed; retrying");
                 }
             }

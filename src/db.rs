@@ -78,6 +78,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "alerts",
         sql: include_str!("../migrations/sqlite/0003_alerts.sql"),
     },
+    Migration {
+        version: 4,
+        name: "probe timeline",
+        sql: include_str!("../migrations/sqlite/0004_probe_timeline.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -95,6 +100,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "alerts",
         sql: include_str!("../migrations/postgres/0003_alerts.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "probe timeline",
+        sql: include_str!("../migrations/postgres/0004_probe_timeline.sql"),
     },
 ];
 

@@ -62,15 +62,29 @@ async fn setup(app: &TestApp) -> Ctx {
 impl Ctx {
     /// Records one probe of `stream` (as the prober would), a second after the previous one.
     async fn probe(&self, stream: &str, playable: bool) {
-        let at = self.clock.fetch_add(1000, std::sync::atomic::Ordering::SeqCst);
+        let at = self
+            .clock
+            .fetch_add(1000, std::sync::atomic::Ordering::SeqCst);
         self.probes
             .record(&NewProbe {
                 stream_id: stream.to_owned(),
-                status: if playable { ProbeStatus::Healthy } else { ProbeStatus::Failing },
-                anomaly_class: if playable { AnomalyClass::NoAnomaly } else { AnomalyClass::ClientError },
+                status: if playable {
+                    ProbeStatus::Healthy
+                } else {
+                    ProbeStatus::Failing
+                },
+                anomaly_class: if playable {
+                    AnomalyClass::NoAnomaly
+                } else {
+                    AnomalyClass::ClientError
+                },
                 latency_ms: 50,
                 http_status: Some(if playable { 200 } else { 404 }),
-                detail: if playable { "probe ok".into() } else { "HTTP 404".into() },
+                detail: if playable {
+                    "probe ok".into()
+                } else {
+                    "HTTP 404".into()
+                },
                 created_at: at,
                 playable,
                 last_action: "test".into(),
@@ -109,7 +123,12 @@ async fn deliveries(app: &TestApp, cookie: &str) -> Vec<Value> {
 }
 
 /// Polls the delivery log until `pred` holds for the delivery `id`.
-async fn delivery_until(app: &TestApp, cookie: &str, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+async fn delivery_until(
+    app: &TestApp,
+    cookie: &str,
+    id: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         let all = deliveries(app, cookie).await;
@@ -118,7 +137,10 @@ async fn delivery_until(app: &TestApp, cookie: &str, id: &str, pred: impl Fn(&Va
                 return d.clone();
             }
         }
-        assert!(tokio::time::Instant::now() < deadline, "delivery {id} never matched: {all:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivery {id} never matched: {all:?}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -157,26 +179,44 @@ async fn fast_forward(app: &TestApp, delivery_id: &str) {
 async fn a_stream_rule_fires_once_after_fail_after_and_resolves_after_recover_after(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "ops hook", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "ops hook", "type": "webhook", "url": hook.url, "groupWindow": "0s" }),
+    )
+    .await;
     let secret = ch["secret"].as_str().unwrap().to_owned();
     assert!(secret.starts_with("whsec_"));
     let r = rule(&app, &ctx.cookie, json!({
         "name": "Main down", "kind": "stream", "streamId": ctx.stream_id, "channelIds": [ch["id"]]
     }))
     .await;
-    assert_eq!((r["failAfter"].clone(), r["recoverAfter"].clone(), r["state"].clone()), (json!(3), json!(2), json!("ok")));
+    assert_eq!(
+        (
+            r["failAfter"].clone(),
+            r["recoverAfter"].clone(),
+            r["state"].clone()
+        ),
+        (json!(3), json!(2), json!("ok"))
+    );
 
     ctx.probe(&ctx.stream_id, false).await;
     ctx.probe(&ctx.stream_id, false).await;
     let (_, rules) = get(&app, &ctx.cookie, "/api/v1/alerts/rules").await;
     assert_eq!(rules["items"][0]["state"], "pending");
-    assert!(deliveries(&app, &ctx.cookie).await.is_empty(), "nothing before failAfter probes");
+    assert!(
+        deliveries(&app, &ctx.cookie).await.is_empty(),
+        "nothing before failAfter probes"
+    );
 
     ctx.probe(&ctx.stream_id, false).await;
     let got = hook.wait_for(1, LIMIT).await;
     let fired = &got[0];
     assert_eq!(fired.header("content-type"), Some("application/json"));
-    assert!(fired.header("user-agent").unwrap().starts_with("streamwatch/"));
+    assert!(fired
+        .header("user-agent")
+        .unwrap()
+        .starts_with("streamwatch/"));
     assert!(fired.header("webhook-id").unwrap().starts_with("msg_"));
     let ts: i64 = fired.header("webhook-timestamp").unwrap().parse().unwrap();
     assert!((ts - now_ms() / 1000).abs() < 600);
@@ -218,8 +258,14 @@ async fn a_stream_rule_fires_once_after_fail_after_and_resolves_after_recover_af
     let log = deliveries(&app, &ctx.cookie).await;
     assert_eq!(log.len(), 2);
     for d in &log {
-        let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| d["status"] == "sent").await;
-        assert_eq!((d["attempts"].clone(), d["lastStatusCode"].clone()), (json!(1), json!(200)));
+        let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| {
+            d["status"] == "sent"
+        })
+        .await;
+        assert_eq!(
+            (d["attempts"].clone(), d["lastStatusCode"].clone()),
+            (json!(1), json!(200))
+        );
         assert!(d["sentAt"].is_string() && d["lastLatencyMs"].is_i64());
         assert_eq!(d["incidentIds"], json!([inc["id"]]));
     }
@@ -231,16 +277,27 @@ async fn a_receiver_that_fails_twice_gets_the_same_webhook_id_three_times(app: T
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
     hook.script(&[503, 503]);
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "flaky", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "flaky", "type": "webhook", "url": hook.url, "groupWindow": "0s" }),
+    )
+    .await;
     rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "streamId": ctx.stream_id, "failAfter": 1, "channelIds": [ch["id"]] })).await;
     ctx.probe(&ctx.stream_id, false).await;
 
     hook.wait_for(1, LIMIT).await;
-    let id = deliveries(&app, &ctx.cookie).await[0]["id"].as_str().unwrap().to_owned();
+    let id = deliveries(&app, &ctx.cookie).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // After each failure the next attempt follows the schedule: 5 s, then 5 min (±10 %).
     for (n, (lo, hi)) in [(1, (4_500, 5_500)), (2, (270_000, 330_000))] {
         let d = delivery_until(&app, &ctx.cookie, &id, |d| d["attempts"] == n).await;
-        assert_eq!((d["status"].clone(), d["lastStatusCode"].clone()), (json!("pending"), json!(503)));
+        assert_eq!(
+            (d["status"].clone(), d["lastStatusCode"].clone()),
+            (json!("pending"), json!(503))
+        );
         let (delay,): (i64,) = sqlx::query_as(
             "SELECT d.next_attempt_at - a.at FROM alert_deliveries d JOIN alert_attempts a \
              ON a.delivery_id = d.id AND a.attempt = d.attempts WHERE d.id = $1",
@@ -249,22 +306,31 @@ async fn a_receiver_that_fails_twice_gets_the_same_webhook_id_three_times(app: T
         .fetch_one(&app.state.db.pool)
         .await
         .unwrap();
-        assert!((lo..=hi).contains(&delay), "attempt {n}: next in {delay} ms");
+        assert!(
+            (lo..=hi).contains(&delay),
+            "attempt {n}: next in {delay} ms"
+        );
         fast_forward(&app, &id).await;
         hook.wait_for(n as usize + 1, LIMIT).await;
     }
     let d = delivery_until(&app, &ctx.cookie, &id, |d| d["status"] == "sent").await;
-    assert_eq!((d["attempts"].clone(), d["lastStatusCode"].clone()), (json!(3), json!(200)));
+    assert_eq!(
+        (d["attempts"].clone(), d["lastStatusCode"].clone()),
+        (json!(3), json!(200))
+    );
     let got = hook.requests();
     assert_eq!(got.len(), 3);
     let webhook_id = got[0].header("webhook-id").unwrap();
     assert_eq!(d["webhookId"], webhook_id);
-    assert!(got.iter().all(|r| r.header("webhook-id") == Some(webhook_id) && r.body == got[0].body));
-    let (attempts,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM alert_attempts WHERE delivery_id = $1")
-        .bind(&id)
-        .fetch_one(&app.state.db.pool)
-        .await
-        .unwrap();
+    assert!(got
+        .iter()
+        .all(|r| r.header("webhook-id") == Some(webhook_id) && r.body == got[0].body));
+    let (attempts,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM alert_attempts WHERE delivery_id = $1")
+            .bind(&id)
+            .fetch_one(&app.state.db.pool)
+            .await
+            .unwrap();
     assert_eq!(attempts, 3);
     app.shutdown().await;
 }
@@ -273,27 +339,77 @@ async fn a_410_disables_the_channel(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
     hook.default_status(410);
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "gone", "type": "slack", "url": hook.url, "groupWindow": "0s" })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "gone", "type": "slack", "url": hook.url, "groupWindow": "0s" }),
+    )
+    .await;
     rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "failAfter": 1, "recoverAfter": 1, "channelIds": [ch["id"]] })).await;
     ctx.probe(&ctx.stream_id, false).await;
     hook.wait_for(1, LIMIT).await;
-    let id = deliveries(&app, &ctx.cookie).await[0]["id"].as_str().unwrap().to_owned();
+    let id = deliveries(&app, &ctx.cookie).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let d = delivery_until(&app, &ctx.cookie, &id, |d| d["status"] != "pending").await;
-    assert_eq!((d["status"].clone(), d["lastStatusCode"].clone()), (json!("dead"), json!(410)));
+    assert_eq!(
+        (d["status"].clone(), d["lastStatusCode"].clone()),
+        (json!("dead"), json!(410))
+    );
     let (_, chans) = get(&app, &ctx.cookie, "/api/v1/alerts/channels").await;
     assert_eq!(chans["items"][0]["enabled"], false);
-    assert_eq!(chans["items"][0]["disabledReason"], "receiver answered 410 Gone");
+    assert_eq!(
+        chans["items"][0]["disabledReason"],
+        "receiver answered 410 Gone"
+    );
     // The resolve finds the channel off: no delivery, no request.
     ctx.probe(&ctx.stream_id, true).await;
     assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 1);
     // A test or a resend while it is off is dead at once, saying why (never pending forever).
-    let (s, t) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/test", ch["id"].as_str().unwrap()), json!({})).await;
-    assert_eq!((s, t["status"].clone(), t["lastError"].clone()), (StatusCode::ACCEPTED, json!("dead"), json!("channel disabled: enable it, then resend")));
-    let (s, r) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/deliveries/{id}/resend"), json!({})).await;
-    assert_eq!((s, r["status"].clone()), (StatusCode::ACCEPTED, json!("dead")));
+    let (s, t) = post(
+        &app,
+        &ctx.cookie,
+        &format!(
+            "/api/v1/alerts/channels/{}/test",
+            ch["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (s, t["status"].clone(), t["lastError"].clone()),
+        (
+            StatusCode::ACCEPTED,
+            json!("dead"),
+            json!("channel disabled: enable it, then resend")
+        )
+    );
+    let (s, r) = post(
+        &app,
+        &ctx.cookie,
+        &format!("/api/v1/alerts/deliveries/{id}/resend"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (s, r["status"].clone()),
+        (StatusCode::ACCEPTED, json!("dead"))
+    );
     // Switched back on, it clears the reason.
-    let (s, b) = parts(app.patch(&format!("/api/v1/alerts/channels/{}", ch["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "enabled": true })).await).await;
-    assert_eq!((s, b["enabled"].clone(), b["disabledReason"].clone()), (StatusCode::OK, json!(true), Value::Null));
+    let (s, b) = parts(
+        app.patch(
+            &format!("/api/v1/alerts/channels/{}", ch["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+            json!({ "enabled": true }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["enabled"].clone(), b["disabledReason"].clone()),
+        (StatusCode::OK, json!(true), Value::Null)
+    );
     assert_eq!(hook.requests().len(), 1);
     app.shutdown().await;
 }
@@ -302,33 +418,91 @@ async fn a_refused_target_is_refused_at_save_and_at_send_with_no_connection(app:
     let ctx = setup(&app).await;
     // The guard lets 127.0.0.1 through (this app's config), not 127.0.0.2.
     let refused = Receiver::start_on("127.0.0.2").await;
-    let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook", "url": refused.url })).await;
+    let (s, b) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/alerts/channels",
+        json!({ "name": "x", "type": "webhook", "url": refused.url }),
+    )
+    .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     // The same message as a stream's sourceUrl.
-    let (_, stream_answer) = post(&app, &ctx.cookie, "/api/v1/streams", json!({ "sourceUrl": refused.url })).await;
-    assert_eq!(b, json!({ "errors": { "url": stream_answer["errors"]["sourceUrl"] } }), "{b}");
-    for url in ["http://169.254.169.254/latest", "http://[::1]:9/x", "file:///etc/passwd", "not a url"] {
-        let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook", "url": url })).await;
+    let (_, stream_answer) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/streams",
+        json!({ "sourceUrl": refused.url }),
+    )
+    .await;
+    assert_eq!(
+        b,
+        json!({ "errors": { "url": stream_answer["errors"]["sourceUrl"] } }),
+        "{b}"
+    );
+    for url in [
+        "http://169.254.169.254/latest",
+        "http://[::1]:9/x",
+        "file:///etc/passwd",
+        "not a url",
+    ] {
+        let (s, b) = post(
+            &app,
+            &ctx.cookie,
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "webhook", "url": url }),
+        )
+        .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{url}");
         assert!(b["errors"]["url"].is_string(), "{url}: {b}");
     }
-    assert!(get(&app, &ctx.cookie, "/api/v1/alerts/channels").await.1["items"].as_array().unwrap().is_empty());
+    assert!(
+        get(&app, &ctx.cookie, "/api/v1/alerts/channels").await.1["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 
     // A target that passed at save time and points elsewhere at send time (a DNS change):
     // refused before any connection.
     let ok = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "moved", "type": "webhook", "url": ok.url })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "moved", "type": "webhook", "url": ok.url }),
+    )
+    .await;
     sqlx::query("UPDATE alert_channels SET url = $1 WHERE id = $2")
         .bind(&refused.url)
         .bind(ch["id"].as_str().unwrap())
         .execute(&app.state.db.pool)
         .await
         .unwrap();
-    let (s, d) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/test", ch["id"].as_str().unwrap()), json!({})).await;
-    assert_eq!((s, d["event"].clone(), d["status"].clone()), (StatusCode::ACCEPTED, json!("test"), json!("pending")));
-    let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| d["status"] != "pending").await;
+    let (s, d) = post(
+        &app,
+        &ctx.cookie,
+        &format!(
+            "/api/v1/alerts/channels/{}/test",
+            ch["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (s, d["event"].clone(), d["status"].clone()),
+        (StatusCode::ACCEPTED, json!("test"), json!("pending"))
+    );
+    let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| {
+        d["status"] != "pending"
+    })
+    .await;
     assert_eq!(d["status"], "failed");
-    assert!(d["lastError"].as_str().unwrap().starts_with("refused by the SSRF guard"), "{d}");
+    assert!(
+        d["lastError"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused by the SSRF guard"),
+        "{d}"
+    );
     assert_eq!(refused.connections(), 0);
     assert_eq!(ok.connections(), 0);
     app.shutdown().await;
@@ -338,10 +512,21 @@ async fn an_outage_of_many_streams_is_one_delivery(app: TestApp) {
     let ctx = setup(&app).await;
     let mut streams = vec![ctx.stream_id.clone()];
     for i in 0..4 {
-        streams.push(app.stream(&ctx.cookie, &format!("http://127.0.0.1:9/s{i}.m3u8")).await["id"].as_str().unwrap().to_owned());
+        streams.push(
+            app.stream(&ctx.cookie, &format!("http://127.0.0.1:9/s{i}.m3u8"))
+                .await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     let hook = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "grouped", "type": "discord", "url": hook.url, "groupWindow": "10m" })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "grouped", "type": "discord", "url": hook.url, "groupWindow": "10m" }),
+    )
+    .await;
     rule(&app, &ctx.cookie, json!({ "name": "Origin down", "kind": "stream", "streamId": null, "failAfter": 1, "channelIds": [ch["id"]] })).await;
     for s in &streams {
         ctx.probe(s, false).await;
@@ -354,7 +539,10 @@ async fn an_outage_of_many_streams_is_one_delivery(app: TestApp) {
     fast_forward(&app, log[0]["id"].as_str().unwrap()).await;
     let got = hook.wait_for(1, LIMIT).await;
     let content = got[0].json()["content"].as_str().unwrap().to_owned();
-    assert!(content.starts_with("streamwatch: 5 incidents firing\n"), "{content}");
+    assert!(
+        content.starts_with("streamwatch: 5 incidents firing\n"),
+        "{content}"
+    );
     assert_eq!(content.matches("• Origin down: ").count(), 5);
     let (_, rules) = get(&app, &ctx.cookie, "/api/v1/alerts/rules").await;
     assert_eq!(rules["items"][0]["state"], "firing");
@@ -374,14 +562,20 @@ async fn pagerduty_triggers_and_resolves_with_one_dedup_key(app: TestApp) {
     let got = pd.wait_for(2, LIMIT).await;
     let (trigger, resolve) = (got[0].json(), got[1].json());
     let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents").await;
-    let dedup = format!("streamwatch-{}", incidents["items"][0]["id"].as_str().unwrap());
+    let dedup = format!(
+        "streamwatch-{}",
+        incidents["items"][0]["id"].as_str().unwrap()
+    );
     assert_eq!(trigger["event_action"], "trigger");
     assert_eq!(resolve["event_action"], "resolve");
     assert_eq!(trigger["dedup_key"], json!(dedup));
     assert_eq!(resolve["dedup_key"], json!(dedup));
     assert_eq!(trigger["routing_key"], "R0123456789abcd");
     assert_eq!(trigger["payload"]["severity"], "critical");
-    assert!(trigger["payload"]["summary"].as_str().unwrap().contains("1 probe not playable: HTTP 404"));
+    assert!(trigger["payload"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("1 probe not playable: HTTP 404"));
     assert!(got[0].header("webhook-signature").is_none());
     // Reads never show the key.
     let (_, chans) = get(&app, &ctx.cookie, "/api/v1/alerts/channels").await;
@@ -392,67 +586,161 @@ async fn pagerduty_triggers_and_resolves_with_one_dedup_key(app: TestApp) {
 async fn rotation_signs_with_both_secrets_for_a_day(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "hook", "type": "webhook", "url": hook.url })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "hook", "type": "webhook", "url": hook.url }),
+    )
+    .await;
     let id = ch["id"].as_str().unwrap();
     let old = ch["secret"].as_str().unwrap().to_owned();
-    let (s, rotated) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{id}/rotate-secret"), json!({})).await;
+    let (s, rotated) = post(
+        &app,
+        &ctx.cookie,
+        &format!("/api/v1/alerts/channels/{id}/rotate-secret"),
+        json!({}),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     let new = rotated["secret"].as_str().unwrap().to_owned();
     assert!(new.starts_with("whsec_") && new != old);
-    let (s, _) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{id}/test"), json!({})).await;
+    let (s, _) = post(
+        &app,
+        &ctx.cookie,
+        &format!("/api/v1/alerts/channels/{id}/test"),
+        json!({}),
+    )
+    .await;
     assert_eq!(s, StatusCode::ACCEPTED);
     let got = hook.wait_for(1, LIMIT).await;
     assert_eq!(got[0].json()["type"], "test");
-    assert_eq!(signatures_valid_for(&new, &got[0]), vec![true, false], "new first");
-    assert_eq!(signatures_valid_for(&old, &got[0]), vec![false, true], "then the old one");
+    assert_eq!(
+        signatures_valid_for(&new, &got[0]),
+        vec![true, false],
+        "new first"
+    );
+    assert_eq!(
+        signatures_valid_for(&old, &got[0]),
+        vec![false, true],
+        "then the old one"
+    );
     // Secrets are sealed at rest.
-    let (stored,): (String,) = sqlx::query_as("SELECT secret_sealed FROM alert_channels WHERE id = $1")
-        .bind(id)
-        .fetch_one(&app.state.db.pool)
-        .await
-        .unwrap();
+    let (stored,): (String,) =
+        sqlx::query_as("SELECT secret_sealed FROM alert_channels WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.state.db.pool)
+            .await
+            .unwrap();
     assert!(!stored.contains(&new[6..]) && !stored.contains("whsec_"));
     // A test resent is a new delivery with the same body and a new webhook-id.
     let d = deliveries(&app, &ctx.cookie).await[0].clone();
-    let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| d["status"] == "sent").await;
-    let (s, again) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/deliveries/{}/resend", d["id"].as_str().unwrap()), json!({})).await;
+    let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| {
+        d["status"] == "sent"
+    })
+    .await;
+    let (s, again) = post(
+        &app,
+        &ctx.cookie,
+        &format!(
+            "/api/v1/alerts/deliveries/{}/resend",
+            d["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
     assert_eq!(s, StatusCode::ACCEPTED);
     assert_ne!(again["webhookId"], d["webhookId"]);
     let got = hook.wait_for(2, LIMIT).await;
     assert_eq!(got[1].body, got[0].body);
     assert_eq!(got[1].header("webhook-id"), again["webhookId"].as_str());
     // Only webhooks have a secret.
-    let slack = channel(&app, &ctx.cookie, json!({ "name": "chat", "type": "slack", "url": hook.url })).await;
-    let (s, b) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/rotate-secret", slack["id"].as_str().unwrap()), json!({})).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "type": "Only webhook channels have a signing secret" } })));
+    let slack = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "chat", "type": "slack", "url": hook.url }),
+    )
+    .await;
+    let (s, b) = post(
+        &app,
+        &ctx.cookie,
+        &format!(
+            "/api/v1/alerts/channels/{}/rotate-secret",
+            slack["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "type": "Only webhook channels have a signing secret" } })
+        )
+    );
     app.shutdown().await;
 }
 
 async fn qoe_rules_fire_resolve_and_remind(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "qoe", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
-    let r = rule(&app, &ctx.cookie, json!({
-        "name": "Failures over 10 %", "kind": "qoe", "metric": "playbackFailurePct", "op": ">",
-        "threshold": 10, "window": "5m", "minViews": 2, "filter": ["browser:curl"],
-        "remindEvery": "5m", "channelIds": [ch["id"]]
-    }))
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "qoe", "type": "webhook", "url": hook.url, "groupWindow": "0s" }),
+    )
     .await;
-    assert_eq!((r["window"].clone(), r["minViews"].clone(), r["failAfter"].clone()), (json!("5m"), json!(2), Value::Null));
+    let r = rule(
+        &app,
+        &ctx.cookie,
+        json!({
+            "name": "Failures over 10 %", "kind": "qoe", "metric": "playbackFailurePct", "op": ">",
+            "threshold": 10, "window": "5m", "minViews": 2, "filter": ["browser:curl"],
+            "remindEvery": "5m", "channelIds": [ch["id"]]
+        }),
+    )
+    .await;
+    assert_eq!(
+        (
+            r["window"].clone(),
+            r["minViews"].clone(),
+            r["failAfter"].clone()
+        ),
+        (json!("5m"), json!(2), Value::Null)
+    );
     let (_, key) = post(&app, &ctx.cookie, "/api/v1/keys", json!({ "label": "p" })).await;
     let key = key["rawKey"].as_str().unwrap().to_owned();
     let ts = streamwatch::time::iso_ms(now_ms() - 60_000);
     for (session, events) in [
-        ("ok-1", json!([{ "type": "playback_start", "ts": ts, "payload": { "positionMs": 0, "durationMs": 0, "contentId": "c" } }])),
-        ("bad-1", json!([{ "type": "error", "ts": ts, "payload": { "code": "E", "message": "m", "fatal": true } }])),
+        (
+            "ok-1",
+            json!([{ "type": "playback_start", "ts": ts, "payload": { "positionMs": 0, "durationMs": 0, "contentId": "c" } }]),
+        ),
+        (
+            "bad-1",
+            json!([{ "type": "error", "ts": ts, "payload": { "code": "E", "message": "m", "fatal": true } }]),
+        ),
     ] {
-        let r = app.http.post(app.url("/api/v1/telemetry")).bearer_auth(&key).header("user-agent", "curl/8")
-            .json(&json!({ "apiKey": key, "sessionId": session, "events": events })).send().await.unwrap();
+        let r = app
+            .http
+            .post(app.url("/api/v1/telemetry"))
+            .bearer_auth(&key)
+            .header("user-agent", "curl/8")
+            .json(&json!({ "apiKey": key, "sessionId": session, "events": events }))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::NO_CONTENT);
     }
-    analytics::Refresher::new(app.state.analytics.clone()).step().await.unwrap();
+    analytics::Refresher::new(app.state.analytics.clone())
+        .step()
+        .await
+        .unwrap();
     let evaluate = || async {
-        app.state.alerts.evaluate_scheduled(&app.state.analytics, &app.state.streams, now_ms()).await.unwrap();
+        app.state
+            .alerts
+            .evaluate_scheduled(&app.state.analytics, &app.state.streams, now_ms())
+            .await
+            .unwrap();
     };
     evaluate().await;
     let got = hook.wait_for(1, LIMIT).await;
@@ -461,9 +749,16 @@ async fn qoe_rules_fire_resolve_and_remind(app: TestApp) {
     let inc = &body["data"]["incidents"][0];
     assert_eq!(inc["kind"], "qoe");
     assert_eq!(inc["streamId"], Value::Null);
-    assert_eq!(inc["detail"], "playbackFailurePct 50 > 10 over 5m (2 views)");
+    assert_eq!(
+        inc["detail"],
+        "playbackFailurePct 50 > 10 over 5m (2 views)"
+    );
     evaluate().await;
-    assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 1, "still firing: no second notice");
+    assert_eq!(
+        deliveries(&app, &ctx.cookie).await.len(),
+        1,
+        "still firing: no second notice"
+    );
 
     // A reminder once remindEvery has passed since the last notice.
     sqlx::query("UPDATE alert_incidents SET reminded_at = reminded_at - 300000")
@@ -475,7 +770,15 @@ async fn qoe_rules_fire_resolve_and_remind(app: TestApp) {
     assert_eq!(got[1].json()["type"], "incident.reminder");
 
     // Needing more views than there are: no longer crosses, so it resolves.
-    let (s, _) = parts(app.patch(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "minViews": 3 })).await).await;
+    let (s, _) = parts(
+        app.patch(
+            &format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+            json!({ "minViews": 3 }),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK);
     evaluate().await;
     let got = hook.wait_for(3, LIMIT).await;
@@ -486,11 +789,27 @@ async fn qoe_rules_fire_resolve_and_remind(app: TestApp) {
 async fn deleting_a_rule_resolves_its_incident(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "h", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
-    let r = rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "failAfter": 1, "channelIds": [ch["id"]] })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "h", "type": "webhook", "url": hook.url, "groupWindow": "0s" }),
+    )
+    .await;
+    let r = rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "down", "kind": "stream", "failAfter": 1, "channelIds": [ch["id"]] }),
+    )
+    .await;
     ctx.probe(&ctx.stream_id, false).await;
     hook.wait_for(1, LIMIT).await;
-    let s = app.delete(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&ctx.cookie)).await.status();
+    let s = app
+        .delete(
+            &format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+        )
+        .await
+        .status();
     assert_eq!(s, StatusCode::NO_CONTENT);
     let got = hook.wait_for(2, LIMIT).await;
     assert_eq!(got[1].json()["type"], "incident.resolved");
@@ -504,68 +823,222 @@ async fn bad_bodies_are_400s_and_others_things_are_404s(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
     let cases: Vec<(&str, Value, Value)> = vec![
-        ("/api/v1/alerts/channels", json!({}), json!({ "name": "Required", "type": "Required" })),
-        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "sms" }),
-            json!({ "type": "Invalid enum value. Expected 'webhook' | 'slack' | 'discord' | 'pagerduty', received 'sms'" })),
-        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook" }), json!({ "url": "Required" })),
-        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "pagerduty" }), json!({ "routingKey": "Required" })),
-        ("/api/v1/alerts/channels", json!({ "name": "", "type": "slack", "url": hook.url, "groupWindow": "11m" }),
-            json!({ "name": "String must contain at least 1 character(s)", "groupWindow": "Must be between 0s and 10m" })),
-        ("/api/v1/alerts/channels", json!({ "name": "x", "type": "slack", "url": hook.url, "groupWindow": "soon" }),
-            json!({ "groupWindow": "Invalid duration: use <n>s, <n>m, <n>h or <n>d (e.g. 30s, 5m)" })),
-        ("/api/v1/alerts/channels", json!({ "name": 5, "type": "slack", "url": 7 }),
-            json!({ "name": "Expected string, received number", "url": "Expected string, received number" })),
-        ("/api/v1/alerts/rules", json!({}),
-            json!({ "channelIds": "Array must contain at least 1 element(s)", "kind": "Required", "name": "Required" })),
-        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "streamId": "nosuchstream", "failAfter": 0, "channelIds": ["nope"] }),
+        (
+            "/api/v1/alerts/channels",
+            json!({}),
+            json!({ "name": "Required", "type": "Required" }),
+        ),
+        (
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "sms" }),
+            json!({ "type": "Invalid enum value. Expected 'webhook' | 'slack' | 'discord' | 'pagerduty', received 'sms'" }),
+        ),
+        (
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "webhook" }),
+            json!({ "url": "Required" }),
+        ),
+        (
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "pagerduty" }),
+            json!({ "routingKey": "Required" }),
+        ),
+        (
+            "/api/v1/alerts/channels",
+            json!({ "name": "", "type": "slack", "url": hook.url, "groupWindow": "11m" }),
+            json!({ "name": "String must contain at least 1 character(s)", "groupWindow": "Must be between 0s and 10m" }),
+        ),
+        (
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "slack", "url": hook.url, "groupWindow": "soon" }),
+            json!({ "groupWindow": "Invalid duration: use <n>s, <n>m, <n>h or <n>d (e.g. 30s, 5m)" }),
+        ),
+        (
+            "/api/v1/alerts/channels",
+            json!({ "name": 5, "type": "slack", "url": 7 }),
+            json!({ "name": "Expected string, received number", "url": "Expected string, received number" }),
+        ),
+        (
+            "/api/v1/alerts/rules",
+            json!({}),
+            json!({ "channelIds": "Array must contain at least 1 element(s)", "kind": "Required", "name": "Required" }),
+        ),
+        (
+            "/api/v1/alerts/rules",
+            json!({ "name": "r", "kind": "stream", "streamId": "nosuchstream", "failAfter": 0, "channelIds": ["nope"] }),
             // The shape is checked first; ids are looked up only in a well-formed body.
-            json!({ "failAfter": "Number must be greater than or equal to 1" })),
-        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "views", "channelIds": [] }),
-            json!({ "channelIds": "Array must contain at least 1 element(s)", "metric": "views is a count, not a quality metric: choose another", "op": "Required", "threshold": "Required" })),
-        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "op": ">=", "threshold": "5", "window": "30s", "remindEvery": "1m", "filter": ["country:FR"] }),
-            json!({ "op": "Invalid enum value. Expected '>' | '<', received '>='", "threshold": "Expected number, received string", "window": "Must be between 1m and 24h", "remindEvery": "Must be at least 5m" })),
-        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "measurement": "p95", "op": ">", "threshold": 1, "channelIds": ["x"] }),
-            json!({ "measurement": "Only startupTimeMs has a measurement", "channelIds": "Unknown channel: x" })),
-        ("/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "metric": "rebufferPct", "channelIds": ["nope"] }),
-            json!({ "channelIds": "Unknown channel: nope", "metric": "Only qoe rules have metric" })),
+            json!({ "failAfter": "Number must be greater than or equal to 1" }),
+        ),
+        (
+            "/api/v1/alerts/rules",
+            json!({ "name": "r", "kind": "qoe", "metric": "views", "channelIds": [] }),
+            json!({ "channelIds": "Array must contain at least 1 element(s)", "metric": "views is a count, not a quality metric: choose another", "op": "Required", "threshold": "Required" }),
+        ),
+        (
+            "/api/v1/alerts/rules",
+            json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "op": ">=", "threshold": "5", "window": "30s", "remindEvery": "1m", "filter": ["country:FR"] }),
+            json!({ "op": "Invalid enum value. Expected '>' | '<', received '>='", "threshold": "Expected number, received string", "window": "Must be between 1m and 24h", "remindEvery": "Must be at least 5m" }),
+        ),
+        (
+            "/api/v1/alerts/rules",
+            json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "measurement": "p95", "op": ">", "threshold": 1, "channelIds": ["x"] }),
+            json!({ "measurement": "Only startupTimeMs has a measurement", "channelIds": "Unknown channel: x" }),
+        ),
+        (
+            "/api/v1/alerts/rules",
+            json!({ "name": "r", "kind": "stream", "metric": "rebufferPct", "channelIds": ["nope"] }),
+            json!({ "channelIds": "Unknown channel: nope", "metric": "Only qoe rules have metric" }),
+        ),
     ];
     for (path, body, errors) in cases {
         let (s, b) = post(&app, &ctx.cookie, path, body.clone()).await;
-        assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": errors })), "{body}");
+        assert_eq!(
+            (s, b),
+            (StatusCode::BAD_REQUEST, json!({ "errors": errors })),
+            "{body}"
+        );
     }
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "mine", "type": "slack", "url": hook.url })).await;
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "mine", "type": "slack", "url": hook.url }),
+    )
+    .await;
     let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "streamId": "nosuchstream", "channelIds": [ch["id"]] })).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "streamId": "Stream not found" } })));
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "streamId": "Stream not found" } })
+        )
+    );
     let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/rules", json!({ "name": "r", "kind": "qoe", "metric": "rebufferPct", "op": ">", "threshold": 1, "filter": ["country:FR"], "channelIds": [ch["id"]] })).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert!(b["errors"]["filter"].as_str().unwrap().starts_with("Invalid filter 'country:FR'"), "{b}");
-    let r = rule(&app, &ctx.cookie, json!({ "name": "r", "kind": "stream", "channelIds": [ch["id"]] })).await;
-    let (s, b) = parts(app.patch(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "kind": "qoe" })).await).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "kind": "The kind of a rule cannot change" } })));
+    assert!(
+        b["errors"]["filter"]
+            .as_str()
+            .unwrap()
+            .starts_with("Invalid filter 'country:FR'"),
+        "{b}"
+    );
+    let r = rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "r", "kind": "stream", "channelIds": [ch["id"]] }),
+    )
+    .await;
+    let (s, b) = parts(
+        app.patch(
+            &format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+            json!({ "kind": "qoe" }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "kind": "The kind of a rule cannot change" } })
+        )
+    );
 
     // Another user's channel is not theirs to use, see or change.
     let other = app.user("other-alerts@example.com").await;
-    let (s, b) = post(&app, &other, "/api/v1/alerts/rules", json!({ "name": "r", "kind": "stream", "channelIds": [ch["id"]] })).await;
-    assert_eq!((s, b["errors"]["channelIds"].clone()), (StatusCode::BAD_REQUEST, json!(format!("Unknown channel: {}", ch["id"].as_str().unwrap()))));
+    let (s, b) = post(
+        &app,
+        &other,
+        "/api/v1/alerts/rules",
+        json!({ "name": "r", "kind": "stream", "channelIds": [ch["id"]] }),
+    )
+    .await;
+    assert_eq!(
+        (s, b["errors"]["channelIds"].clone()),
+        (
+            StatusCode::BAD_REQUEST,
+            json!(format!("Unknown channel: {}", ch["id"].as_str().unwrap()))
+        )
+    );
     let id = ch["id"].as_str().unwrap();
     for (status, path) in [
-        (app.patch(&format!("/api/v1/alerts/channels/{id}"), Some(&other), json!({ "name": "x" })).await.status(), "patch"),
-        (app.delete(&format!("/api/v1/alerts/channels/{id}"), Some(&other)).await.status(), "delete"),
-        (app.post(&format!("/api/v1/alerts/channels/{id}/test"), Some(&other), json!({})).await.status(), "test"),
-        (app.delete(&format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()), Some(&other)).await.status(), "rule"),
-        (app.post("/api/v1/alerts/deliveries/nosuch/resend", Some(&other), json!({})).await.status(), "resend"),
+        (
+            app.patch(
+                &format!("/api/v1/alerts/channels/{id}"),
+                Some(&other),
+                json!({ "name": "x" }),
+            )
+            .await
+            .status(),
+            "patch",
+        ),
+        (
+            app.delete(&format!("/api/v1/alerts/channels/{id}"), Some(&other))
+                .await
+                .status(),
+            "delete",
+        ),
+        (
+            app.post(
+                &format!("/api/v1/alerts/channels/{id}/test"),
+                Some(&other),
+                json!({}),
+            )
+            .await
+            .status(),
+            "test",
+        ),
+        (
+            app.delete(
+                &format!("/api/v1/alerts/rules/{}", r["id"].as_str().unwrap()),
+                Some(&other),
+            )
+            .await
+            .status(),
+            "rule",
+        ),
+        (
+            app.post(
+                "/api/v1/alerts/deliveries/nosuch/resend",
+                Some(&other),
+                json!({}),
+            )
+            .await
+            .status(),
+            "resend",
+        ),
     ] {
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
-    assert!(get(&app, &other, "/api/v1/alerts/channels").await.1["items"].as_array().unwrap().is_empty());
-    for path in ["/api/v1/alerts/incidents?limit=0", "/api/v1/alerts/incidents?state=open", "/api/v1/alerts/deliveries?status=lost&before=yesterday"] {
+    assert!(
+        get(&app, &other, "/api/v1/alerts/channels").await.1["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    for path in [
+        "/api/v1/alerts/incidents?limit=0",
+        "/api/v1/alerts/incidents?state=open",
+        "/api/v1/alerts/deliveries?status=lost&before=yesterday",
+    ] {
         let (s, b) = get(&app, &ctx.cookie, path).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {b}");
     }
-    let (_, b) = get(&app, &ctx.cookie, "/api/v1/alerts/deliveries?status=lost&before=yesterday").await;
-    assert_eq!(b, json!({ "errors": { "before": "Invalid datetime", "status": "Invalid enum value. Expected 'pending' | 'sent' | 'failed' | 'dead', received 'lost'" } }));
+    let (_, b) = get(
+        &app,
+        &ctx.cookie,
+        "/api/v1/alerts/deliveries?status=lost&before=yesterday",
+    )
+    .await;
+    assert_eq!(
+        b,
+        json!({ "errors": { "before": "Invalid datetime", "status": "Invalid enum value. Expected 'pending' | 'sent' | 'failed' | 'dead', received 'lost'" } })
+    );
     // Without a session: 401.
-    assert_eq!(app.get("/api/v1/alerts/rules", None).await.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app.get("/api/v1/alerts/rules", None).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
     app.shutdown().await;
 }
 
@@ -575,13 +1048,28 @@ async fn bad_bodies_are_400s_and_others_things_are_404s(app: TestApp) {
 async fn a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let ch = channel(&app, &ctx.cookie, json!({ "name": "fleet", "type": "webhook", "url": hook.url, "groupWindow": "0s" })).await;
-    rule(&app, &ctx.cookie, json!({
-        "name": "Failures over 5 %", "kind": "qoe", "metric": "playbackFailurePct", "op": ">",
-        "threshold": 5, "window": "5m", "minViews": 25, "channelIds": [ch["id"]]
-    }))
+    let ch = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "fleet", "type": "webhook", "url": hook.url, "groupWindow": "0s" }),
+    )
     .await;
-    let (_, key) = post(&app, &ctx.cookie, "/api/v1/keys", json!({ "label": "fleet" })).await;
+    rule(
+        &app,
+        &ctx.cookie,
+        json!({
+            "name": "Failures over 5 %", "kind": "qoe", "metric": "playbackFailurePct", "op": ">",
+            "threshold": 5, "window": "5m", "minViews": 25, "channelIds": [ch["id"]]
+        }),
+    )
+    .await;
+    let (_, key) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/keys",
+        json!({ "label": "fleet" }),
+    )
+    .await;
     let key = key["rawKey"].as_str().unwrap().to_owned();
     let ts = streamwatch::time::iso_ms(now_ms() - 60_000);
     let mut views = 0;
@@ -600,17 +1088,32 @@ async fn a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views(app
         let (app, key) = (&app, &key);
         async move {
             for (session, event) in batches {
-                let r = app.http.post(app.url("/api/v1/telemetry")).bearer_auth(key)
-                    .json(&json!({ "apiKey": key, "sessionId": session, "events": [event] })).send().await.unwrap();
+                let r = app
+                    .http
+                    .post(app.url("/api/v1/telemetry"))
+                    .bearer_auth(key)
+                    .json(&json!({ "apiKey": key, "sessionId": session, "events": [event] }))
+                    .send()
+                    .await
+                    .unwrap();
                 assert_eq!(r.status(), StatusCode::NO_CONTENT);
             }
-            analytics::Refresher::new(app.state.analytics.clone()).step().await.unwrap();
+            analytics::Refresher::new(app.state.analytics.clone())
+                .step()
+                .await
+                .unwrap();
         }
     };
     let evaluate = || async {
-        app.state.alerts.evaluate_scheduled(&app.state.analytics, &app.state.streams, now_ms()).await.unwrap();
+        app.state
+            .alerts
+            .evaluate_scheduled(&app.state.analytics, &app.state.streams, now_ms())
+            .await
+            .unwrap();
     };
-    let state = || async { get(&app, &ctx.cookie, "/api/v1/alerts/rules").await.1["items"][0]["state"].clone() };
+    let state = || async {
+        get(&app, &ctx.cookie, "/api/v1/alerts/rules").await.1["items"][0]["state"].clone()
+    };
 
     add(20, 4).await;
     evaluate().await;
@@ -621,15 +1124,26 @@ async fn a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views(app
     tokio::join!(evaluate(), evaluate());
     assert_eq!(state().await, "firing");
     let got = hook.wait_for(1, LIMIT).await;
-    assert_eq!(got[0].json()["data"]["incidents"][0]["detail"], "playbackFailurePct 10 > 5 over 5m (40 views)");
+    assert_eq!(
+        got[0].json()["data"]["incidents"][0]["detail"],
+        "playbackFailurePct 10 > 5 over 5m (40 views)"
+    );
     let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents").await;
-    assert_eq!(incidents["items"].as_array().unwrap().len(), 1, "one incident however many evaluators");
+    assert_eq!(
+        incidents["items"].as_array().unwrap().len(),
+        1,
+        "one incident however many evaluators"
+    );
 
     add(60, 0).await;
     evaluate().await;
     let got = hook.wait_for(2, LIMIT).await;
     assert_eq!(got[1].json()["type"], "incident.resolved");
-    assert_eq!(deliveries(&app, &ctx.cookie).await.len(), 2, "one firing, one resolved");
+    assert_eq!(
+        deliveries(&app, &ctx.cookie).await.len(),
+        2,
+        "one firing, one resolved"
+    );
     app.shutdown().await;
 }
 
@@ -668,10 +1182,16 @@ mod refused_targets {
     use super::*;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite() {
-        a_refused_target_is_refused_at_save_and_at_send_with_no_connection(spawn_with_allow(Engine::Sqlite, "127.0.0.1/32").await).await
+        a_refused_target_is_refused_at_save_and_at_send_with_no_connection(
+            spawn_with_allow(Engine::Sqlite, "127.0.0.1/32").await,
+        )
+        .await
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres() {
-        a_refused_target_is_refused_at_save_and_at_send_with_no_connection(spawn_with_allow(Engine::Postgres, "127.0.0.1/32").await).await
+        a_refused_target_is_refused_at_save_and_at_send_with_no_connection(
+            spawn_with_allow(Engine::Postgres, "127.0.0.1/32").await,
+        )
+        .await
     }
 }

@@ -26,7 +26,11 @@ struct Session<'a> {
 impl<'a> Session<'a> {
     async fn sign_up(p: &'a Process, email: &str) -> Session<'a> {
         let cookie = p.sign_up(email).await;
-        Session { p, cookie, http: reqwest::Client::new() }
+        Session {
+            p,
+            cookie,
+            http: reqwest::Client::new(),
+        }
     }
 
     async fn sign_in(p: &'a Process, email: &str) -> Session<'a> {
@@ -38,7 +42,11 @@ impl<'a> Session<'a> {
             .expect("sign in");
         assert_eq!(r.status(), StatusCode::OK);
         let cookie = common::session_cookie_of(&r).expect("cookie");
-        Session { p, cookie, http: reqwest::Client::new() }
+        Session {
+            p,
+            cookie,
+            http: reqwest::Client::new(),
+        }
     }
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
@@ -69,14 +77,22 @@ impl<'a> Session<'a> {
 
     async fn webhook(&self, url: &str) -> String {
         let (s, ch) = self
-            .post("/api/v1/alerts/channels", json!({ "name": "hook", "type": "webhook", "url": url, "groupWindow": "0s" }))
+            .post(
+                "/api/v1/alerts/channels",
+                json!({ "name": "hook", "type": "webhook", "url": url, "groupWindow": "0s" }),
+            )
             .await;
         assert_eq!(s, StatusCode::CREATED, "{ch}");
         ch["id"].as_str().expect("id").to_owned()
     }
 
     async fn send_test(&self, channel: &str) {
-        let (s, b) = self.post(&format!("/api/v1/alerts/channels/{channel}/test"), json!({})).await;
+        let (s, b) = self
+            .post(
+                &format!("/api/v1/alerts/channels/{channel}/test"),
+                json!({}),
+            )
+            .await;
         assert_eq!(s, StatusCode::ACCEPTED, "{b}");
     }
 
@@ -88,7 +104,10 @@ impl<'a> Session<'a> {
             if log.len() == n && log.iter().all(|d| d["status"] == "sent") {
                 return log;
             }
-            assert!(tokio::time::Instant::now() < deadline, "not all sent: {log:?}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not all sent: {log:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -98,7 +117,8 @@ impl<'a> Session<'a> {
 fn answered(got: &[Received]) -> HashMap<String, usize> {
     let mut ids = HashMap::new();
     for r in got {
-        *ids.entry(r.header("webhook-id").expect("webhook-id").to_owned()).or_insert(0) += 1;
+        *ids.entry(r.header("webhook-id").expect("webhook-id").to_owned())
+            .or_insert(0) += 1;
     }
     ids
 }
@@ -117,7 +137,11 @@ async fn sigkill_with_deliveries_pending(env: &[(&str, &str)]) {
     hook.wait_for_arrivals(1, LIMIT).await;
     first.kill();
     hook.release_dropping();
-    assert_eq!(hook.requests().len(), 0, "nothing was answered before the kill");
+    assert_eq!(
+        hook.requests().len(),
+        0,
+        "nothing was answered before the kill"
+    );
 
     let second = Process::start(dir.path(), env).await;
     let s = Session::sign_in(&second, "crash@example.com").await;
@@ -127,7 +151,10 @@ async fn sigkill_with_deliveries_pending(env: &[(&str, &str)]) {
     assert_eq!(ids.len(), DELIVERIES, "every delivery arrived");
     assert!(ids.values().all(|&n| n == 1), "none twice: {ids:?}");
     for d in &log {
-        assert!(ids.contains_key(d["webhookId"].as_str().expect("webhookId")), "{d}");
+        assert!(
+            ids.contains_key(d["webhookId"].as_str().expect("webhookId")),
+            "{d}"
+        );
     }
 }
 
@@ -146,8 +173,17 @@ async fn sigkill_with_100_pending_delivers_all_once_after_restart_postgres() {
 async fn two_instances_on_one_postgres_send_each_delivery_once() {
     let url = common::fresh_pg_database().await;
     // Instances of one deployment share the secret that seals channel secrets.
-    let env = [("DATABASE_URL", url.as_str()), ("STREAMWATCH_SECRET", "two-instances-share-this-secret-0123456789")];
-    let (a_dir, b_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        (
+            "STREAMWATCH_SECRET",
+            "two-instances-share-this-secret-0123456789",
+        ),
+    ];
+    let (a_dir, b_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
     let a = Process::start(a_dir.path(), &env).await;
     let b = Process::start(b_dir.path(), &env).await;
     let hook = Receiver::start().await;
@@ -156,11 +192,18 @@ async fn two_instances_on_one_postgres_send_each_delivery_once() {
     let channel = on_a.webhook(&hook.url).await;
     // Both instances create deliveries and both senders race for all of them.
     for i in 0..DELIVERIES {
-        if i % 2 == 0 { on_a.send_test(&channel).await } else { on_b.send_test(&channel).await }
+        if i % 2 == 0 {
+            on_a.send_test(&channel).await
+        } else {
+            on_b.send_test(&channel).await
+        }
     }
     let log = on_b.until_all_sent(DELIVERIES).await;
     let ids = answered(&hook.requests());
     assert_eq!(ids.len(), DELIVERIES);
     assert!(ids.values().all(|&n| n == 1), "none twice: {ids:?}");
-    assert!(log.iter().all(|d| d["attempts"] == 1), "one attempt each: {log:?}");
+    assert!(
+        log.iter().all(|d| d["attempts"] == 1),
+        "one attempt each: {log:?}"
+    );
 }

@@ -107,7 +107,10 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         .expect("json");
     let test = app
         .post(
-            &format!("/api/v1/alerts/channels/{}/test", channel["id"].as_str().expect("id")),
+            &format!(
+                "/api/v1/alerts/channels/{}/test",
+                channel["id"].as_str().expect("id")
+            ),
             Some(&cookie),
             json!({}),
         )

@@ -341,7 +341,13 @@ async fn unknown_things_are_404_pages(app: TestApp) {
 async fn the_alerts_page_lists_incidents_rules_channels_and_deliveries(app: TestApp) {
     let cookie = app.user("pages-alerts@example.com").await;
     let (_, html, _) = page(&app, "/app/alerts", Some(&cookie)).await;
-    for empty in ["Nothing is firing.", "No rule yet", "No channel yet", "Nothing sent yet", "A rule needs a channel"] {
+    for empty in [
+        "Nothing is firing.",
+        "No rule yet",
+        "No channel yet",
+        "Nothing sent yet",
+        "A rule needs a channel",
+    ] {
         assert!(html.contains(empty), "{empty}: {html}");
     }
     // Nothing listens on port 9: the delivery fails, which the log shows too.
@@ -363,7 +369,11 @@ async fn the_alerts_page_lists_incidents_rules_channels_and_deliveries(app: Test
         .await;
     assert_eq!(r.status(), StatusCode::CREATED);
     let r = app
-        .post("/api/v1/streams", Some(&cookie), json!({ "sourceUrl": "http://127.0.0.1:9/a.m3u8", "name": "Main <feed>" }))
+        .post(
+            "/api/v1/streams",
+            Some(&cookie),
+            json!({ "sourceUrl": "http://127.0.0.1:9/a.m3u8", "name": "Main <feed>" }),
+        )
         .await;
     let stream: serde_json::Value = r.json().await.unwrap();
     let id = stream["id"].as_str().unwrap().to_owned();
@@ -405,7 +415,11 @@ async fn the_alerts_page_lists_incidents_rules_channels_and_deliveries(app: Test
     // Another user sees none of it.
     let other = app.user("pages-alerts-other@example.com").await;
     let (_, html, _) = page(&app, "/app/alerts", Some(&other)).await;
-    assert!(html.contains("Nothing is firing.") && html.contains("No rule yet") && html.contains("Nothing sent yet"));
+    assert!(
+        html.contains("Nothing is firing.")
+            && html.contains("No rule yet")
+            && html.contains("Nothing sent yet")
+    );
     app.shutdown().await;
 }
 

@@ -252,8 +252,11 @@ where
         tx.commit().await?;
         return Ok(body);
     }
-    let event = DeliveryEvent::parse(&event)
-        .ok_or_else(|| DbError(sqlx::Error::Decode(format!("unknown delivery event {event}").into())))?;
+    let event = DeliveryEvent::parse(&event).ok_or_else(|| {
+        DbError(sqlx::Error::Decode(
+            format!("unknown delivery event {event}").into(),
+        ))
+    })?;
     let ids: Vec<(String,)> = sqlx::query_as(
         "SELECT incident_id FROM alert_delivery_incidents WHERE delivery_id = $1 ORDER BY position, incident_id",
     )

@@ -346,7 +346,11 @@ mod tests {
             .collect();
         let body = &bodies(ChannelType::Discord, DeliveryEvent::Firing, &incs, None, 0)[0];
         let content = body["content"].as_str().unwrap_or_default();
-        assert!(content.chars().count() <= DISCORD_MAX_CHARS, "{}", content.len());
+        assert!(
+            content.chars().count() <= DISCORD_MAX_CHARS,
+            "{}",
+            content.len()
+        );
         let listed = content.lines().filter(|l| l.starts_with("• ")).count();
         assert!(listed >= 5, "as many as fit: {listed}");
         assert!(content.lines().all(|l| l.chars().count() <= LINE_MAX_CHARS));

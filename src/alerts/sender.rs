@@ -209,7 +209,8 @@ async fn attempt(
         (_, DeliveryStatus::Dead) => "dead",
     };
     metrics::counter!("streamwatch_alert_deliveries_total", "outcome" => label).increment(1);
-    metrics::histogram!("streamwatch_alert_delivery_duration_seconds").record(latency.as_secs_f64());
+    metrics::histogram!("streamwatch_alert_delivery_duration_seconds")
+        .record(latency.as_secs_f64());
     Ok(())
 }
 
@@ -244,8 +245,7 @@ async fn body_of(
                 None => None,
             };
             outbox::freeze(&alerts.db, &c.id, |event, incidents| {
-                let bodies =
-                    payload::bodies(t.kind, event, incidents, routing_key.as_deref(), now);
+                let bodies = payload::bodies(t.kind, event, incidents, routing_key.as_deref(), now);
                 serde_json::to_string(&bodies).unwrap_or_else(|_| "[]".into())
             })
             .await?
@@ -478,16 +478,30 @@ mod tests {
         let now = 1_445_412_480_000;
         assert_eq!(retry_after_ms("120", now), Some(120_000));
         assert_eq!(retry_after_ms(" 0 ", now), None);
-        assert_eq!(retry_after_ms("Wed, 21 Oct 2015 07:30:00 GMT", now), Some(120_000));
-        assert_eq!(retry_after_ms("Wed, 21 Oct 2015 07:00:00 GMT", now), None, "past");
+        assert_eq!(
+            retry_after_ms("Wed, 21 Oct 2015 07:30:00 GMT", now),
+            Some(120_000)
+        );
+        assert_eq!(
+            retry_after_ms("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            None,
+            "past"
+        );
         assert_eq!(retry_after_ms("4294967295", now), Some(RETRY_AFTER_MAX_MS));
-        assert_eq!(retry_after_ms("99999999999999999999", now), None, "not a number or a date");
+        assert_eq!(
+            retry_after_ms("99999999999999999999", now),
+            None,
+            "not a number or a date"
+        );
         assert_eq!(retry_after_ms("soon", now), None);
     }
 
     #[test]
     fn a_name_that_did_not_resolve_is_retried_a_refused_address_is_not() {
-        assert!(matches!(guard_outcome(&GuardError::DidNotResolve), Outcome::Retry { .. }));
+        assert!(matches!(
+            guard_outcome(&GuardError::DidNotResolve),
+            Outcome::Retry { .. }
+        ));
         assert!(matches!(
             guard_outcome(&GuardError::PrivateAddress("10.0.0.1".parse().unwrap())),
             Outcome::Failed { .. }

@@ -59,7 +59,9 @@ pub struct Receiver {
 impl Receiver {
     /// Listens on `ip:0` (any loopback address: 127.0.0.2 is not 127.0.0.1 to the guard).
     pub async fn start_on(ip: &str) -> Receiver {
-        let listener = TcpListener::bind(format!("{ip}:0")).await.expect("bind receiver");
+        let listener = TcpListener::bind(format!("{ip}:0"))
+            .await
+            .expect("bind receiver");
         let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
         let state = Arc::new(Mutex::new(State {
             default_status: 200,

@@ -31,9 +31,15 @@ const LOG_PAGE: i64 = 50;
 
 /// The metrics a QoE rule can watch (`views` is a count, not a quality), with labels.
 const METRICS: [(analytics::Metric, &str); 8] = [
-    (analytics::Metric::PlaybackFailurePct, "Playback failures (%)"),
+    (
+        analytics::Metric::PlaybackFailurePct,
+        "Playback failures (%)",
+    ),
     (analytics::Metric::StartupFailurePct, "Startup failures (%)"),
-    (analytics::Metric::ExitBeforeStartPct, "Exits before start (%)"),
+    (
+        analytics::Metric::ExitBeforeStartPct,
+        "Exits before start (%)",
+    ),
     (analytics::Metric::StartupTimeMs, "Startup time (ms)"),
     (analytics::Metric::RebufferPct, "Rebuffering (%)"),
     (analytics::Metric::RebufferFrequency, "Stalls per minute"),
@@ -169,13 +175,21 @@ pub async fn page(
     let more = deliveries.len() as i64 > LOG_PAGE;
     let shown: Vec<_> = deliveries.into_iter().take(LOG_PAGE as usize).collect();
     let older = more
-        .then(|| shown.last().map(|d| format!("/app/alerts?before={}#log-h", iso_ms(d.created_at))))
+        .then(|| {
+            shown
+                .last()
+                .map(|d| format!("/app/alerts?before={}#log-h", iso_ms(d.created_at)))
+        })
         .flatten();
 
     Ok(render(&AlertsPage {
         frame: Frame::new(&user, Section::Alerts),
         firing: firing.into_iter().map(&incident_row).collect(),
-        past: past.into_iter().take(PAST_SHOWN).map(&incident_row).collect(),
+        past: past
+            .into_iter()
+            .take(PAST_SHOWN)
+            .map(&incident_row)
+            .collect(),
         rules: rules
             .iter()
             .map(|r| rule_row(r, &stream_names, &channel_names))
@@ -196,11 +210,16 @@ pub async fn page(
                     status,
                     badge,
                     attempts: d.attempts,
-                    code: d.last_status_code.map_or_else(String::new, |c| c.to_string()),
+                    code: d
+                        .last_status_code
+                        .map_or_else(String::new, |c| c.to_string()),
                     latency: d
                         .last_latency_ms
                         .map_or_else(String::new, |ms| format!("{} ms", fmt::int(ms))),
-                    next: d.next_attempt_at.filter(|_| d.status == DeliveryStatus::Pending).map(When::at),
+                    next: d
+                        .next_attempt_at
+                        .filter(|_| d.status == DeliveryStatus::Pending)
+                        .map(When::at),
                     error: d.last_error,
                 }
             })

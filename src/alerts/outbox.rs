@@ -257,13 +257,7 @@ where
             format!("unknown delivery event {event}").into(),
         ))
     })?;
-    let ids: Vec<(String,)> = sqlx::query_as(
-        "SELECT incident_id FROM alert_delivery_incidents WHERE delivery_id = $1 ORDER BY position, incident_id",
-    )
-    .bind(delivery_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    let ids: Vec<String> = ids.into_iter().map(|(id,)| id).collect();
+    let ids = incident_ids(&mut tx, delivery_id).await?;
     let incidents = super::evaluate::incidents_by_id(&mut tx, &ids).await?;
     let body = build(event, &incidents);
     sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2")
@@ -276,12 +270,15 @@ where
 }
 
 /// The incidents of a delivery, in the order they joined it.
-pub async fn incident_ids(db: &Db, delivery_id: &str) -> Result<Vec<String>, DbError> {
+pub async fn incident_ids(
+    conn: &mut AnyConnection,
+    delivery_id: &str,
+) -> Result<Vec<String>, DbError> {
     let rows: Vec<(String,)> = sqlx::query_as(
         "SELECT incident_id FROM alert_delivery_incidents WHERE delivery_id = $1 ORDER BY position, incident_id",
     )
     .bind(delivery_id)
-    .fetch_all(&db.pool)
+    .fetch_all(&mut *conn)
     .await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
@@ -476,8 +473,9 @@ impl Alerts {
         .bind(f.limit)
         .fetch_all(&self.db.pool)
         .await?;
+        let mut conn = self.db.pool.acquire().await?;
         for d in &mut rows {
-            d.incident_ids = incident_ids(&self.db, &d.id).await?;
+            d.incident_ids = incident_ids(&mut conn, &d.id).await?;
         }
         Ok(rows)
     }
@@ -492,7 +490,7 @@ impl Alerts {
         .fetch_optional(&self.db.pool)
         .await?
         .ok_or(AlertError::NotFound)?;
-        d.incident_ids = incident_ids(&self.db, &d.id).await?;
+        d.incident_ids = incident_ids(&mut *self.db.pool.acquire().await?, &d.id).await?;
         Ok(d)
     }
 

@@ -13,9 +13,11 @@
 //!   server's `now()` first, takes the records written since `watermark − margin`, and
 //!   sets the watermark to that `now()`. A record becomes visible within its insert's
 //!   timeout (30 s) of `written_at`, so the margin ([`RefreshConfig::margin`], 60 s)
-//!   covers records that were in flight when the previous step ran. Views whose record
-//!   count equals the stored one are skipped (a record is inserted after its events, so
-//!   an unchanged count means no unseen event), which keeps the margin cheap.
+//!   covers records that were in flight when the previous step ran. Sessions whose count
+//!   of records in the previous step's window did not grow since that step are skipped
+//!   without a read ([`RecentRecords`]); of the others, views whose record count equals
+//!   the stored one are skipped (a record is inserted after its events, so an unchanged
+//!   count means no unseen event). Both keep the margin cheap.
 //!
 //! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
 //! upserts, so a restart re-derives whatever the interrupted step had not finished.
@@ -25,6 +27,7 @@
 //! shared watermark only ever moves forward (the highest value wins). A retried batch
 //! adds a record with the same content, which derives the same view.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -40,7 +43,11 @@ pub struct RefreshConfig {
     /// ClickHouse: how far before the watermark a step looks again for records that
     /// were still in flight (default 60 s; above the 30 s insert timeout).
     pub margin: Duration,
-    /// Views loaded and derived per round trip (default 2,000).
+    /// Views loaded and derived per round trip (default 20,000; SQLite takes at most
+    /// 10,000). On ClickHouse the sessions of a step are scattered over the sort key of
+    /// `telemetry_events` and `view_batches` (session ids are random), so each round trip
+    /// reads most of the owner's granules whatever its size: few large round trips are
+    /// far cheaper than many small ones (docs/benchmarks.md, "QoE store").
     pub chunk: usize,
 }
 
@@ -48,17 +55,34 @@ impl Default for RefreshConfig {
     fn default() -> Self {
         RefreshConfig {
             margin: Duration::from_secs(60),
-            chunk: 2_000,
+            chunk: 100_000,
         }
     }
 }
 
 /// What a refresher remembers between steps.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RefreshState {
     /// SQLite: last derived `view_batches.id`; ClickHouse: server time (epoch s) of the
     /// last completed step. `None` before the first step (read from the store then).
     pub watermark: Option<i64>,
+    /// ClickHouse: what the last completed step of this refresher saw (`None` before it,
+    /// and after a restart: the next step then checks every session of its window).
+    pub recent: Option<RecentRecords>,
+}
+
+/// ClickHouse: per session, how many batch records written at or after `since` the last
+/// completed step saw. The next step counts the same records again (same lower bound) and
+/// skips every session whose count did not grow: nothing was written for it since it was
+/// last derived or found unchanged. Without this, each step would re-read the records and
+/// the stored view of every session of its margin (about seven steps' worth of sessions)
+/// only to find most of them unchanged.
+#[derive(Debug, Clone, Default)]
+pub struct RecentRecords {
+    /// The window start of the step that saw these counts (server time, epoch s).
+    pub since: i64,
+    /// (owner, session id) → records with `written_at >= since`.
+    pub counts: HashMap<(String, String), u64>,
 }
 
 /// What one step did.
@@ -112,9 +136,9 @@ impl Refresher {
         }
     }
 
-    /// The current watermark (for tests and logs).
-    pub fn state(&self) -> RefreshState {
-        self.state
+    /// What the refresher remembers (for tests and logs).
+    pub fn state(&self) -> &RefreshState {
+        &self.state
     }
 }
 

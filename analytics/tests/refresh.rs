@@ -412,3 +412,77 @@ async fn clickhouse_a_stale_upsert_under_a_later_day_never_shows() {
     assert_eq!(views_in(&e, T0 + day, T0 + 2 * day).await, (0, vec![]));
     e.finish().await;
 }
+
+/// Several records per session, two with the same dims: the refresher reads one row per
+/// distinct dims (ClickHouse) and must still resolve every field as analytics.md §2 says
+/// and count every record (else the record-count check would re-derive the view forever).
+#[tokio::test]
+async fn records_with_repeated_dims_resolve_and_count_like_every_record() {
+    for_both(|e| async move {
+        let tagged = |rows: &[EventRow], tags: &[(&str, &str)]| BatchRecord {
+            context: Context {
+                tags: tags
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..record("s1", rows, "sdk").context
+            },
+            ..record("s1", rows, "sdk")
+        };
+        let mut r = e.refresher();
+        for (offset, tags) in [
+            (9_000, &[("plan", "free")][..]),
+            (1_000, &[("plan", "free")][..]),
+            (5_000, &[("plan", "pro"), ("region", "eu")][..]),
+        ] {
+            let rows = vec![row("s1", offset, EventType::PlaybackPause, "")];
+            let rec = tagged(&rows, tags);
+            write(&e, rows, vec![rec]).await;
+        }
+        let first = r.step().await.expect("step");
+        assert_eq!(first.derived, 1, "{} {first:?}", e.name);
+        let v = views_json(&e).await;
+        // `plan` from the earliest record (1 s), `region` from the only one that has it.
+        assert_eq!(v["items"][0]["tags"]["plan"], "free", "{}", e.name);
+        assert_eq!(v["items"][0]["tags"]["region"], "eu", "{}", e.name);
+        // A restarted refresher re-checks the session by its record count: 3 stored.
+        let mut restarted = e.refresher();
+        let again = restarted.step().await.expect("step");
+        assert_eq!(again.derived, 0, "{} {again:?}", e.name);
+        assert_eq!(views_json(&e).await, v, "{}", e.name);
+    })
+    .await;
+}
+
+/// 3,000 sessions with 150-character ids in one step: on ClickHouse their set is sent in
+/// one query of over 450 KB (above the server's default `max_query_size` of 256 KiB).
+#[tokio::test]
+async fn a_step_over_thousands_of_long_session_ids() {
+    for_both(|e| async move {
+        let mut r = e.refresher();
+        let ids: Vec<String> = (0..3_000).map(|i| format!("{i:0>150}")).collect();
+        let rows: Vec<EventRow> = ids.iter().map(|s| start(s, 0)).collect();
+        let records = ids
+            .iter()
+            .zip(&rows)
+            .map(|(s, row)| record(s, std::slice::from_ref(row), "sdk"))
+            .collect();
+        write(&e, rows, records).await;
+        let stats = r.step().await.expect("step");
+        assert_eq!(stats.derived, 3_000, "{} {stats:?}", e.name);
+        let ov = e
+            .store
+            .overview(
+                OWNER,
+                &analytics::OverviewQuery {
+                    range: everything().range,
+                    filters: Filters::default(),
+                },
+                &StreamIds::new(),
+            )
+            .await
+            .expect("overview");
+        assert_eq!(ov.views, 3_000, "{}", e.name);
+    })
+    .await;
+}

@@ -15,7 +15,7 @@ use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
-use crate::refresh::{RefreshConfig, RefreshState, RefreshStats};
+use crate::refresh::{RecentRecords, RefreshConfig, RefreshState, RefreshStats};
 use crate::view::View;
 
 const D: Dialect = Dialect::ClickHouse;
@@ -360,17 +360,34 @@ struct EventReadRow {
 }
 
 #[derive(Row, Deserialize)]
-struct Key {
+struct WindowCount {
     owner: String,
     session_id: String,
+    /// Records written at or after the previous step's window start.
+    seen_before: u64,
+    /// Records written at or after this step's window start.
+    in_window: u64,
 }
 
+/// The records of one session with the same dims (refresher).
 #[derive(Row, Deserialize)]
-struct BatchReadRow {
+struct BatchGroupRow {
     session_id: String,
-    first_ts: i64,
-    seq: u64,
     dims: String,
+    /// The earliest `first_ts` of these records, and the latest.
+    first_at: i64,
+    last_at: i64,
+    /// The `seq` of the earliest of them by (first_ts, seq).
+    first_seq: u64,
+    records: u64,
+}
+
+/// A session's batch records as the refresher reads them: how many, and one
+/// [`BatchDims`] per distinct dims.
+#[derive(Default)]
+struct Records {
+    count: u64,
+    dims: Vec<BatchDims>,
 }
 
 #[derive(Row, Deserialize)]
@@ -685,25 +702,49 @@ impl ChStore {
         } else {
             0
         };
+        let since = since.max(0);
+        // The records of the window, counted per session twice: from the previous
+        // step's window start (to compare with what that step saw, RecentRecords) and
+        // from this one's (to remember). `since` only grows, so `lower <= since`.
+        let previous = state.recent.as_ref().filter(|r| r.since <= since);
+        let lower = previous.as_ref().map_or(since, |r| r.since);
         // In session order: each chunk's events and records are then a narrow range of
         // `telemetry_events` and `view_batches` (both sorted by session).
         let keys = self
             .client
             .query(
-                "SELECT DISTINCT owner, session_id FROM view_batches \
-                 WHERE written_at >= toDateTime(?) ORDER BY owner, session_id",
+                "SELECT owner, session_id, toUInt64(count()) AS seen_before, \
+                 toUInt64(countIf(written_at >= toDateTime(?))) AS in_window \
+                 FROM view_batches WHERE written_at >= toDateTime(?) \
+                 GROUP BY owner, session_id ORDER BY owner, session_id",
             )
-            .bind(since.max(0))
-            .fetch_all::<Key>()
+            .bind(since)
+            .bind(lower)
+            .fetch_all::<WindowCount>()
             .await
             .map_err(map_err)?;
-        let mut stats = RefreshStats {
-            candidates: keys.len(),
-            ..RefreshStats::default()
-        };
+        let mut stats = RefreshStats::default();
+        let mut counts = HashMap::with_capacity(keys.len());
         let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for k in keys {
-            by_owner.entry(k.owner).or_default().push(k.session_id);
+            let key = (k.owner, k.session_id);
+            let grew =
+                previous.is_none_or(|p| k.seen_before > p.counts.get(&key).copied().unwrap_or(0));
+            if k.in_window > 0 {
+                stats.candidates += 1;
+                if !grew {
+                    stats.unchanged += 1;
+                }
+            }
+            if grew {
+                by_owner
+                    .entry(key.0.clone())
+                    .or_default()
+                    .push(key.1.clone());
+            }
+            if k.in_window > 0 {
+                counts.insert(key, k.in_window);
+            }
         }
         for (owner, sessions) in &by_owner {
             for chunk in sessions.chunks(cfg.chunk.max(1)) {
@@ -724,7 +765,34 @@ impl ChStore {
             .map_err(map_err)?;
         insert.end().await.map_err(map_err)?;
         state.watermark = Some(started);
+        // Only a completed step's counts: after a failed one, the next step compares
+        // with the last completed step again (from its window start).
+        state.recent = Some(RecentRecords { since, counts });
         Ok(stats)
+    }
+
+    /// `sql` with its owner and its set of sessions bound (the first two `?`). The set is
+    /// one array literal: a `(?, ?, …)` list is one syntax node per session, and ClickHouse
+    /// refuses a query of over 50,000 nodes; the set still narrows the primary-key range.
+    fn session_set_query<S: AsRef<str> + serde::Serialize>(
+        &self,
+        sql: &str,
+        owner: &str,
+        sessions: &[S],
+    ) -> clickhouse::query::Query {
+        // Inlined, each byte is escaped at most once more, plus quotes and a comma; the
+        // default `max_query_size` (256 KiB) would refuse a few thousand sessions.
+        let inlined: usize = sessions.iter().map(|s| 2 * s.as_ref().len() + 3).sum();
+        self.client
+            .query(sql)
+            .bind(owner)
+            .bind(sessions)
+            .with_setting(
+                "max_query_size",
+                (sql.len() + 2 * owner.len() + inlined + 4096)
+                    .max(262_144)
+                    .to_string(),
+            )
     }
 
     async fn refresh_chunk(
@@ -733,45 +801,53 @@ impl ChStore {
         sessions: &[String],
         stats: &mut RefreshStats,
     ) -> Result<(), AnalyticsError> {
-        let mut sql =
-            Sql::new("SELECT session_id, first_ts, seq, dims FROM view_batches WHERE owner = ");
-        sql.str(owner)
-            .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str));
+        // A session's records nearly always carry the same dims: one row per distinct
+        // dims, at its earliest (first_ts, seq), resolves the same dimensions as every
+        // record would (each field is the first non-empty one in that order, analytics.md
+        // §2) and saves sending and parsing the copies.
         let batches = self
-            .query(&sql)
-            .fetch_all::<BatchReadRow>()
+            .session_set_query(
+                "SELECT session_id, dims, toInt64(min(first_ts)) AS first_at, \
+                 toInt64(max(first_ts)) AS last_at, argMin(seq, tuple(first_ts, seq)) AS first_seq, \
+                 toUInt64(count()) AS records FROM view_batches \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) GROUP BY session_id, dims",
+                owner,
+                sessions,
+            )
+            .fetch_all::<BatchGroupRow>()
             .await
             .map_err(map_err)?;
-        let mut records: HashMap<String, Vec<BatchDims>> = HashMap::new();
+        let mut records: HashMap<String, Records> = HashMap::new();
+        let (mut first_ts, mut last_ts) = (i64::MAX, i64::MIN);
         for b in batches {
-            records
-                .entry(b.session_id)
-                .or_default()
-                .push(BatchDims::from_stored(b.first_ts, b.seq, &b.dims));
+            first_ts = first_ts.min(b.first_at);
+            last_ts = last_ts.max(b.last_at);
+            let r = records.entry(b.session_id).or_default();
+            r.count += b.records;
+            r.dims
+                .push(BatchDims::from_stored(b.first_at, b.first_seq, &b.dims));
         }
         // A stored view was derived from some of these records (and their events), so
         // it starts at or before one of their `first_ts`, and at or after the earliest
         // (unless it saw events whose record is not visible: it is then not found and
         // derived again). Within each day of the sort key, `session_id IN` skips granules.
-        let record_days = || records.values().flatten().map(|b| day_of(b.first_ts_ms));
-        let first_day = record_days().min().unwrap_or(0);
-        let last_day = record_days().max().unwrap_or(0);
-        let mut sql = Sql::new(
-            "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL WHERE owner = ",
-        );
-        sql.str(owner)
-            .push(" AND started_day >= ")
-            .int(first_day)
-            .push(" AND started_day <= ")
-            .int(last_day)
-            .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str))
-            .push(" AND deleted = 0");
+        let (first_day, last_day) = if records.is_empty() {
+            (0, 0)
+        } else {
+            (day_of(first_ts), day_of(last_ts))
+        };
         let mut stored: HashMap<String, u64> = HashMap::new();
         let mut stored_days: HashMap<String, Vec<i64>> = HashMap::new();
         for r in self
-            .query(&sql)
+            .session_set_query(
+                "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) \
+                 AND started_day >= ? AND started_day <= ? AND deleted = 0",
+                owner,
+                sessions,
+            )
+            .bind(first_day)
+            .bind(last_day)
             .fetch_all::<StoredCount>()
             .await
             .map_err(map_err)?
@@ -788,7 +864,7 @@ impl ChStore {
         let changed: Vec<&str> = sessions
             .iter()
             .filter(|s| {
-                let n = records.get(*s).map_or(0, Vec::len) as u64;
+                let n = records.get(*s).map_or(0, |r| r.count);
                 n > 0 && stored.get(*s) != Some(&n)
             })
             .map(String::as_str)
@@ -797,16 +873,14 @@ impl ChStore {
         if changed.is_empty() {
             return Ok(());
         }
-        let mut sql = Sql::new(
-            "SELECT session_id, ts, type, if(type IN ('playback_start', 'quality_change', \
-             'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events \
-             WHERE owner = ",
-        );
-        sql.str(owner)
-            .push(" AND session_id IN ")
-            .list(changed.iter().copied());
         let raw = self
-            .query(&sql)
+            .session_set_query(
+                "SELECT session_id, ts, type, if(type IN ('playback_start', 'quality_change', \
+                 'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?))",
+                owner,
+                &changed,
+            )
             .fetch_all::<RawEventRow>()
             .await
             .map_err(map_err)?;
@@ -840,12 +914,14 @@ impl ChStore {
                     }
                 })
                 .collect();
-            let dims = records.get(session).map(Vec::as_slice).unwrap_or(&[]);
+            let (count, dims) = records
+                .get(session)
+                .map_or((0, &[][..]), |r| (r.count, r.dims.as_slice()));
             if let Some(view) = View::derive(session, &parsed, dims) {
                 rows.push(ViewRow::new(
                     owner,
                     &view,
-                    dims.len() as u64,
+                    count,
                     parsed.len() as u64,
                     now_ms,
                 ));

@@ -97,6 +97,21 @@ async fn views_json(e: &Engine) -> serde_json::Value {
     serde_json::to_value(&body).expect("json")
 }
 
+/// The overview over [`everything`]'s range.
+async fn overview(e: &Engine) -> analytics::response::OverviewBody {
+    e.store
+        .overview(
+            OWNER,
+            &analytics::OverviewQuery {
+                range: everything().range,
+                filters: Filters::default(),
+            },
+            &StreamIds::new(),
+        )
+        .await
+        .expect("overview")
+}
+
 async fn for_both<F, Fut>(case: F)
 where
     F: Fn(Arc<Engine>) -> Fut,
@@ -150,18 +165,7 @@ async fn a_retried_batch_changes_nothing() {
         batch(&e, "s1", rows, "sdk-a").await;
         r.step().await.expect("step");
         assert_eq!(views_json(&e).await, before, "{}", e.name);
-        let ov = e
-            .store
-            .overview(
-                OWNER,
-                &analytics::OverviewQuery {
-                    range: everything().range,
-                    filters: Filters::default(),
-                },
-                &StreamIds::new(),
-            )
-            .await
-            .expect("overview");
+        let ov = overview(&e).await;
         assert_eq!(ov.views, 2, "{}", e.name);
         assert_eq!(ov.metrics.watch_time_ms, 10_000, "{}", e.name);
     })
@@ -470,18 +474,7 @@ async fn a_step_over_thousands_of_long_session_ids() {
         write(&e, rows, records).await;
         let stats = r.step().await.expect("step");
         assert_eq!(stats.derived, 3_000, "{} {stats:?}", e.name);
-        let ov = e
-            .store
-            .overview(
-                OWNER,
-                &analytics::OverviewQuery {
-                    range: everything().range,
-                    filters: Filters::default(),
-                },
-                &StreamIds::new(),
-            )
-            .await
-            .expect("overview");
+        let ov = overview(&e).await;
         assert_eq!(ov.views, 3_000, "{}", e.name);
     })
     .await;

@@ -707,7 +707,7 @@ impl ChStore {
         // step's window start (to compare with what that step saw, RecentRecords) and
         // from this one's (to remember). `since` only grows, so `lower <= since`.
         let previous = state.recent.as_ref().filter(|r| r.since <= since);
-        let lower = previous.as_ref().map_or(since, |r| r.since);
+        let lower = previous.map_or(since, |r| r.since);
         // In session order: each chunk's events and records are then a narrow range of
         // `telemetry_events` and `view_batches` (both sorted by session).
         let keys = self
@@ -730,19 +730,17 @@ impl ChStore {
             let key = (k.owner, k.session_id);
             let grew =
                 previous.is_none_or(|p| k.seen_before > p.counts.get(&key).copied().unwrap_or(0));
-            if k.in_window > 0 {
-                stats.candidates += 1;
-                if !grew {
-                    stats.unchanged += 1;
-                }
-            }
             if grew {
                 by_owner
                     .entry(key.0.clone())
                     .or_default()
                     .push(key.1.clone());
             }
+            // Only sessions with a record in this step's window are candidates, and only
+            // their counts matter to the next step (whose lower bound is this `since`).
             if k.in_window > 0 {
+                stats.candidates += 1;
+                stats.unchanged += usize::from(!grew);
                 counts.insert(key, k.in_window);
             }
         }

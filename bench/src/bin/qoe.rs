@@ -25,6 +25,11 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use ingest::{EventSink, SinkWrite, UaCache};
 
+// The server's allocator (src/main.rs), so the writer and the refresher allocate as they
+// do in the service: under glibc malloc the same run ingests about a fifth less.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(about = "streamwatch QoE store benchmark")]
 struct Cli {
@@ -500,7 +505,12 @@ async fn poll_visible(
                     struct S {
                         session_id: String,
                     }
+                    // Thousands of pending sessions outgrow the default 256 KiB query.
                     ch.query(&sql)
+                        .with_setting(
+                            "max_query_size",
+                            (sql.len() + 4096).max(262_144).to_string(),
+                        )
                         .fetch_all::<S>()
                         .await?
                         .into_iter()

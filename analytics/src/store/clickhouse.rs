@@ -871,44 +871,33 @@ impl ChStore {
         if changed.is_empty() {
             return Ok(());
         }
-        let raw = self
+        // Streamed in session order and derived one session at a time: a step's events
+        // can be millions of rows (long sessions), which one `fetch_all` held at once
+        // (1.1 GiB of server RSS under `bench/ingest.sh`, docs/benchmarks.md).
+        let mut cursor = self
             .session_set_query(
                 "SELECT session_id, ts, type, if(type IN ('playback_start', 'quality_change', \
                  'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events \
-                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?))",
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) ORDER BY session_id",
                 owner,
                 &changed,
             )
-            .fetch_all::<RawEventRow>()
-            .await
+            .fetch::<RawEventRow>()
             .map_err(map_err)?;
-        let mut events: HashMap<String, Vec<(i64, EventType, u64, String)>> = HashMap::new();
-        for r in raw {
-            let Some(t) = EventType::from_wire(&r.event_type) else {
-                continue;
-            };
-            events
-                .entry(r.session_id)
-                .or_default()
-                .push((r.ts, t, r.ver, r.payload));
-        }
         let now_ms = now_ms();
         let mut rows = Vec::with_capacity(changed.len());
-        for session in changed {
-            let Some(mut evs) = events.remove(session) else {
-                continue;
-            };
+        let mut derive = |session: &str, evs: &mut Vec<(i64, EventType, u64, String)>| {
             // The row with the highest `ver` of a key is the first stored (what FINAL
             // keeps): order by key, then `ver` descending, and keep the first.
             evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
             evs.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
             let parsed: Vec<Event> = evs
-                .iter()
+                .drain(..)
                 .map(|(ts, t, _, p)| {
-                    if needs_payload(*t) {
-                        Event::parse(*ts, *t, p)
+                    if needs_payload(t) {
+                        Event::parse(ts, t, &p)
                     } else {
-                        Event::new(*ts, *t)
+                        Event::new(ts, t)
                     }
                 })
                 .collect();
@@ -924,6 +913,22 @@ impl ChStore {
                     now_ms,
                 ));
             }
+        };
+        let mut current = String::new();
+        let mut evs: Vec<(i64, EventType, u64, String)> = Vec::new();
+        while let Some(r) = cursor.next().await.map_err(map_err)? {
+            if r.session_id != current {
+                if !evs.is_empty() {
+                    derive(&current, &mut evs);
+                }
+                current = r.session_id;
+            }
+            if let Some(t) = EventType::from_wire(&r.event_type) {
+                evs.push((r.ts, t, r.ver, r.payload));
+            }
+        }
+        if !evs.is_empty() {
+            derive(&current, &mut evs);
         }
         stats.derived += rows.len();
         stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();

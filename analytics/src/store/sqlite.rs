@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures_util::TryStreamExt;
 use ingest::{EventType, SessionSummary, SqliteSink, StoredEvent, TypeCounts};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
@@ -507,6 +508,9 @@ impl SqliteStore {
                 .push(BatchDims::from_stored(first_ts, id as u64, &dims));
         }
         // Read after the records: every event of a record read is in it (one commit).
+        // Streamed in session order and derived one session at a time: a chunk's events
+        // can be millions of rows (long sessions), which one `fetch_all` held at once
+        // (2.3 GiB of server RSS under `bench/ingest.sh`, docs/benchmarks.md).
         let mut sql = Sql::new(
             "SELECT session_id, ts, type, CASE WHEN type IN ('playback_start', \
              'quality_change', 'error', 'session_end') THEN payload ELSE '' END \
@@ -514,32 +518,42 @@ impl SqliteStore {
         );
         sql.str(owner)
             .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str));
-        let mut events: HashMap<String, Vec<Event>> = HashMap::new();
-        for r in self.fetch(&sql).await? {
-            let session: String = r.try_get(0).map_err(map_err)?;
-            let ts: i64 = r.try_get(1).map_err(map_err)?;
-            let t: String = r.try_get(2).map_err(map_err)?;
-            let Some(t) = EventType::from_wire(&t) else {
-                continue;
-            };
-            let ev = if needs_payload(t) {
-                let payload: String = r.try_get(3).map_err(map_err)?;
-                Event::parse(ts, t, &payload)
-            } else {
-                Event::new(ts, t)
-            };
-            events.entry(session).or_default().push(ev);
-        }
+            .list(sessions.iter().map(String::as_str))
+            .push(" ORDER BY session_id");
         let mut derived = Vec::with_capacity(sessions.len());
-        for session in sessions {
-            let Some(evs) = events.remove(session) else {
-                continue;
-            };
+        let mut derive = |session: &str, evs: &mut Vec<Event>| {
             let dims = records.remove(session).unwrap_or_default();
-            if let Some(view) = View::derive(session, &evs, &dims) {
+            if let Some(view) = View::derive(session, evs, &dims) {
                 derived.push((view, dims.len() as u64, evs.len() as u64));
             }
+            evs.clear();
+        };
+        let mut current = String::new();
+        let mut evs: Vec<Event> = Vec::new();
+        let mut rows = bind_all(sqlx::query(&sql.text), &sql.args).fetch(self.sink.pool());
+        while let Some(r) = rows.try_next().await.map_err(map_err)? {
+            let session: &str = r.try_get(0).map_err(map_err)?;
+            if session != current {
+                if !evs.is_empty() {
+                    derive(&current, &mut evs);
+                }
+                session.clone_into(&mut current);
+            }
+            let ts: i64 = r.try_get(1).map_err(map_err)?;
+            let t: &str = r.try_get(2).map_err(map_err)?;
+            let Some(t) = EventType::from_wire(t) else {
+                continue;
+            };
+            evs.push(if needs_payload(t) {
+                let payload: &str = r.try_get(3).map_err(map_err)?;
+                Event::parse(ts, t, payload)
+            } else {
+                Event::new(ts, t)
+            });
+        }
+        drop(rows);
+        if !evs.is_empty() {
+            derive(&current, &mut evs);
         }
         stats.derived += derived.len();
         stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();

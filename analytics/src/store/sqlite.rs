@@ -23,6 +23,11 @@ const D: Dialect = Dialect::Sqlite;
 /// The watermark's row in `qoe_refresh_state`.
 const WATERMARK: &str = "views";
 
+/// Sessions per refresher round trip on SQLite, whatever `RefreshConfig::chunk` says: a
+/// chunk's batch records are held at once (with long sessions, tens of thousands of
+/// rows), and its upsert is one transaction on the writer that ingest shares.
+const SQLITE_CHUNK: usize = 2_000;
+
 /// The embedded engine.
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
@@ -467,7 +472,7 @@ impl SqliteStore {
                 .push(r.try_get(1).map_err(map_err)?);
         }
         for (owner, sessions) in &by_owner {
-            for chunk in sessions.chunks(cfg.chunk.clamp(1, 10_000)) {
+            for chunk in sessions.chunks(cfg.chunk.clamp(1, SQLITE_CHUNK)) {
                 self.refresh_chunk(owner, chunk, &mut stats).await?;
             }
         }

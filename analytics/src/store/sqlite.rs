@@ -142,9 +142,13 @@ fn aggregate_from_row(r: &SqliteRow) -> Result<Aggregate, sqlx::Error> {
 const PERCENTILES: [i64; 4] = [50, 75, 95, 99];
 
 fn bind_all<'q>(
-    mut q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
     args: &'q [Arg],
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    // Not kept in the connection's statement cache: these texts are built per call (a
+    // list of one `?` per session, filters), so nearly every one is new, and each cached
+    // statement holds its program and bound values (up to 100 per reader connection).
+    let mut q = q.persistent(false);
     for a in args {
         q = match a {
             Arg::Str(s) => q.bind(s.as_str()),

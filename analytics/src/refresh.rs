@@ -44,7 +44,7 @@ pub struct RefreshConfig {
     /// were still in flight (default 60 s; above the 30 s insert timeout).
     pub margin: Duration,
     /// Views loaded and derived per round trip (default 100,000; SQLite takes at most
-    /// 2,000). On ClickHouse the sessions of a step are scattered over the sort key of
+    /// 10,000). On ClickHouse the sessions of a step are scattered over the sort key of
     /// `telemetry_events` and `view_batches` (session ids are random), so each round trip
     /// reads most of the owner's granules whatever its size: few large round trips are
     /// far cheaper than many small ones (docs/benchmarks.md, "QoE store").

@@ -10,7 +10,7 @@ use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
 use serde::{Deserialize, Serialize};
 
 use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
+use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection, SessionRuns};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
@@ -892,12 +892,12 @@ impl ChStore {
             evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
             evs.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
             let parsed: Vec<Event> = evs
-                .drain(..)
+                .iter()
                 .map(|(ts, t, _, p)| {
-                    if needs_payload(t) {
-                        Event::parse(ts, t, &p)
+                    if needs_payload(*t) {
+                        Event::parse(*ts, *t, p)
                     } else {
-                        Event::new(ts, t)
+                        Event::new(*ts, *t)
                     }
                 })
                 .collect();
@@ -914,22 +914,12 @@ impl ChStore {
                 ));
             }
         };
-        let mut current = String::new();
-        let mut evs: Vec<(i64, EventType, u64, String)> = Vec::new();
+        let mut runs = SessionRuns::new();
         while let Some(r) = cursor.next().await.map_err(map_err)? {
-            if r.session_id != current {
-                if !evs.is_empty() {
-                    derive(&current, &mut evs);
-                }
-                current = r.session_id;
-            }
-            if let Some(t) = EventType::from_wire(&r.event_type) {
-                evs.push((r.ts, t, r.ver, r.payload));
-            }
+            let event = EventType::from_wire(&r.event_type).map(|t| (r.ts, t, r.ver, r.payload));
+            runs.push(&r.session_id, event, &mut derive);
         }
-        if !evs.is_empty() {
-            derive(&current, &mut evs);
-        }
+        runs.finish(&mut derive);
         stats.derived += rows.len();
         stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();
         // Tombstones under every other day a derivation from less data may have put the

@@ -10,7 +10,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
 use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
+use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection, SessionRuns};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
@@ -22,11 +22,6 @@ const D: Dialect = Dialect::Sqlite;
 
 /// The watermark's row in `qoe_refresh_state`.
 const WATERMARK: &str = "views";
-
-/// Sessions per refresher round trip on SQLite, whatever `RefreshConfig::chunk` says: a
-/// chunk's batch records are held at once (with long sessions, tens of thousands of
-/// rows), and its upsert is one transaction on the writer that ingest shares.
-const SQLITE_CHUNK: usize = 2_000;
 
 /// The embedded engine.
 #[derive(Clone)]
@@ -476,7 +471,7 @@ impl SqliteStore {
                 .push(r.try_get(1).map_err(map_err)?);
         }
         for (owner, sessions) in &by_owner {
-            for chunk in sessions.chunks(cfg.chunk.clamp(1, SQLITE_CHUNK)) {
+            for chunk in sessions.chunks(cfg.chunk.clamp(1, 10_000)) {
                 self.refresh_chunk(owner, chunk, &mut stats).await?;
             }
         }
@@ -535,35 +530,23 @@ impl SqliteStore {
             if let Some(view) = View::derive(session, evs, &dims) {
                 derived.push((view, dims.len() as u64, evs.len() as u64));
             }
-            evs.clear();
         };
-        let mut current = String::new();
-        let mut evs: Vec<Event> = Vec::new();
+        let mut runs = SessionRuns::new();
         let mut rows = bind_all(sqlx::query(&sql.text), &sql.args).fetch(self.sink.pool());
         while let Some(r) = rows.try_next().await.map_err(map_err)? {
             let session: &str = r.try_get(0).map_err(map_err)?;
-            if session != current {
-                if !evs.is_empty() {
-                    derive(&current, &mut evs);
-                }
-                session.clone_into(&mut current);
-            }
             let ts: i64 = r.try_get(1).map_err(map_err)?;
             let t: &str = r.try_get(2).map_err(map_err)?;
-            let Some(t) = EventType::from_wire(t) else {
-                continue;
+            let event = match EventType::from_wire(t) {
+                Some(t) if needs_payload(t) => {
+                    Some(Event::parse(ts, t, r.try_get(3).map_err(map_err)?))
+                }
+                Some(t) => Some(Event::new(ts, t)),
+                None => None,
             };
-            evs.push(if needs_payload(t) {
-                let payload: &str = r.try_get(3).map_err(map_err)?;
-                Event::parse(ts, t, payload)
-            } else {
-                Event::new(ts, t)
-            });
+            runs.push(session, event, &mut derive);
         }
-        drop(rows);
-        if !evs.is_empty() {
-            derive(&current, &mut evs);
-        }
+        runs.finish(&mut derive);
         stats.derived += derived.len();
         stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
         if derived.is_empty() {

@@ -13,11 +13,12 @@
 //!   server's `now()` first, takes the records written since `watermark − margin`, and
 //!   sets the watermark to that `now()`. A record becomes visible within its insert's
 //!   timeout (30 s) of `written_at`, so the margin ([`RefreshConfig::margin`], 60 s)
-//!   covers records that were in flight when the previous step ran. Sessions whose count
-//!   of records in the previous step's window did not grow since that step are skipped
-//!   without a read ([`RecentRecords`]); of the others, views whose record count equals
-//!   the stored one are skipped (a record is inserted after its events, so an unchanged
-//!   count means no unseen event). Both keep the margin cheap.
+//!   covers records that were in flight when the previous step ran. A step reads only the
+//!   records written since the previous one started and the seconds of the margin whose
+//!   record count changed ([`RecentRecords`]), and skips sessions whose count did not
+//!   grow; of the others, views whose record count equals the stored one are skipped (a
+//!   record is inserted after its events, so an unchanged count means no unseen event).
+//!   Both keep the margin cheap.
 //!
 //! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
 //! upserts, so a restart re-derives whatever the interrupted step had not finished.
@@ -45,7 +46,7 @@ pub struct RefreshConfig {
     pub margin: Duration,
     /// Views loaded and derived per round trip (default 100,000; SQLite takes at most
     /// 10,000). On ClickHouse the sessions of a step are scattered over the sort key of
-    /// `telemetry_events` and `view_batches` (session ids are random), so each round trip
+    /// `telemetry_events` and `view_batches` when their ids are random (SDK 0.1.0), so each round trip
     /// reads most of the owner's granules whatever its size: few large round trips are
     /// far cheaper than many small ones (docs/benchmarks.md, "QoE store").
     pub chunk: usize,
@@ -71,18 +72,26 @@ pub struct RefreshState {
     pub recent: Option<RecentRecords>,
 }
 
-/// ClickHouse: per session, how many batch records written at or after `since` the last
-/// completed step saw. The next step counts the same records again (same lower bound) and
-/// skips every session whose count did not grow: nothing was written for it since it was
-/// last derived or found unchanged. Without this, each step would re-read the records and
-/// the stored view of every session of its margin (about seven steps' worth of sessions)
-/// only to find most of them unchanged.
+/// ClickHouse: what the last completed step of this refresher saw, so the next one reads
+/// only what is new instead of every record of its margin (about seven steps' worth,
+/// most of them seen and derived already):
+///
+/// - the records written since that step started (`written_at >= watermark`), compared
+///   per session with `ahead` (those the step itself saw): a session whose count did not
+///   grow is skipped without a read;
+/// - of the margin before it, only the seconds whose record count changed since (`seconds`):
+///   records whose insert was still in flight when the step ran. Every session with a
+///   record in such a second is derived again.
+///
+/// Both comparisons can only err towards deriving a view once too often.
 #[derive(Debug, Clone, Default)]
 pub struct RecentRecords {
-    /// The window start of the step that saw these counts (server time, epoch s).
-    pub since: i64,
-    /// (owner, session id) → records with `written_at >= since`.
-    pub counts: HashMap<(String, String), u64>,
+    /// Server time (epoch s) at which that step started: the watermark it set.
+    pub watermark: i64,
+    /// Second of `written_at` → records of that second the step counted (its window).
+    pub seconds: std::collections::BTreeMap<i64, u64>,
+    /// (owner, session id) → records with `written_at >= watermark` the step saw.
+    pub ahead: HashMap<(String, String), u64>,
 }
 
 /// What one step did.

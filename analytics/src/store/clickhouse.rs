@@ -363,10 +363,19 @@ struct EventReadRow {
 struct WindowCount {
     owner: String,
     session_id: String,
-    /// Records written at or after the previous step's window start.
-    seen_before: u64,
-    /// Records written at or after this step's window start.
-    in_window: u64,
+    /// Records written at or after the watermark (the last step's start).
+    ahead: u64,
+    /// Records written at or after this step's start.
+    next_ahead: u64,
+    /// Records read (those in late seconds included).
+    n: u64,
+}
+
+/// Records of one second of `written_at`.
+#[derive(Row, Deserialize)]
+struct SecondCount {
+    second: i64,
+    n: u64,
 }
 
 /// The records of one session with the same dims (refresher).
@@ -703,45 +712,91 @@ impl ChStore {
             0
         };
         let since = since.max(0);
-        // The records of the window, counted per session twice: from the previous
-        // step's window start (to compare with what that step saw, RecentRecords) and
-        // from this one's (to remember). `since` only grows, so `lower <= since`.
-        let previous = state.recent.as_ref().filter(|r| r.since <= since);
-        let lower = previous.map_or(since, |r| r.since);
+        // Records per second of `written_at` over the window: one 4-byte column, so cheap
+        // next to the window's sessions. Read before the sessions: a record that shows up
+        // in between is then seen by the sessions' read but not counted here, and the next
+        // step derives its session once more (never the reverse, which would miss it).
+        let seconds: BTreeMap<i64, u64> = self
+            .client
+            .query(
+                "SELECT toInt64(toUnixTimestamp(written_at)) AS second, toUInt64(count()) AS n \
+                 FROM view_batches WHERE written_at >= toDateTime(?) GROUP BY second",
+            )
+            .bind(since)
+            .fetch_all::<SecondCount>()
+            .await
+            .map_err(map_err)?
+            .into_iter()
+            .map(|r| (r.second, r.n))
+            .collect();
+        // What to read (RecentRecords): after this refresher's own last step, the records
+        // written since that step started, plus every second of the margin whose count
+        // changed since (records whose insert was still in flight then). Otherwise (first
+        // step, restart, another instance moved the watermark) the whole window, every
+        // session a candidate.
+        let previous = state
+            .recent
+            .as_ref()
+            .filter(|r| state.watermark == Some(watermark) && r.watermark == watermark);
+        let (filter, late) = match previous {
+            Some(p) => {
+                let late: Vec<String> = seconds
+                    .range(since..watermark)
+                    .filter(|(s, n)| p.seconds.get(s) != Some(n))
+                    .map(|(s, _)| s.to_string())
+                    .collect();
+                let filter = if late.is_empty() {
+                    "written_at >= toDateTime(?)".to_owned()
+                } else {
+                    // The late seconds are inlined integers (a handful at most).
+                    format!(
+                        "(written_at >= toDateTime(?) OR toInt64(toUnixTimestamp(written_at)) IN ({}))",
+                        late.join(", ")
+                    )
+                };
+                (filter, !late.is_empty())
+            }
+            None => ("written_at >= toDateTime(?)".to_owned(), false),
+        };
+        let from = if previous.is_some() { watermark } else { since };
         // In session order: each chunk's events and records are then a narrow range of
         // `telemetry_events` and `view_batches` (both sorted by session).
         let keys = self
             .client
-            .query(
-                "SELECT owner, session_id, toUInt64(count()) AS seen_before, \
-                 toUInt64(countIf(written_at >= toDateTime(?))) AS in_window \
-                 FROM view_batches WHERE written_at >= toDateTime(?) \
-                 GROUP BY owner, session_id ORDER BY owner, session_id",
-            )
+            .query(&format!(
+                "SELECT owner, session_id, toUInt64(countIf(written_at >= toDateTime(?))) AS ahead, \
+                 toUInt64(countIf(written_at >= toDateTime(?))) AS next_ahead, \
+                 toUInt64(count()) AS n FROM view_batches \
+                 WHERE written_at >= toDateTime(?) AND {filter} \
+                 GROUP BY owner, session_id ORDER BY owner, session_id"
+            ))
+            .bind(watermark)
+            .bind(started)
             .bind(since)
-            .bind(lower)
+            .bind(from)
             .fetch_all::<WindowCount>()
             .await
             .map_err(map_err)?;
         let mut stats = RefreshStats::default();
-        let mut counts = HashMap::with_capacity(keys.len());
+        let mut ahead = HashMap::new();
         let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for k in keys {
             let key = (k.owner, k.session_id);
-            let grew =
-                previous.is_none_or(|p| k.seen_before > p.counts.get(&key).copied().unwrap_or(0));
+            // A record in a late second, or more records since the last step started than
+            // it saw: something was written for the view since it was last derived.
+            let grew = previous.is_none_or(|p| {
+                (late && k.n > k.ahead) || k.ahead > p.ahead.get(&key).copied().unwrap_or(0)
+            });
+            stats.candidates += 1;
+            stats.unchanged += usize::from(!grew);
             if grew {
                 by_owner
                     .entry(key.0.clone())
                     .or_default()
                     .push(key.1.clone());
             }
-            // Only sessions with a record in this step's window are candidates, and only
-            // their counts matter to the next step (whose lower bound is this `since`).
-            if k.in_window > 0 {
-                stats.candidates += 1;
-                stats.unchanged += usize::from(!grew);
-                counts.insert(key, k.in_window);
+            if k.next_ahead > 0 {
+                ahead.insert(key, k.next_ahead);
             }
         }
         for (owner, sessions) in &by_owner {
@@ -765,7 +820,11 @@ impl ChStore {
         state.watermark = Some(started);
         // Only a completed step's counts: after a failed one, the next step compares
         // with the last completed step again (from its window start).
-        state.recent = Some(RecentRecords { since, counts });
+        state.recent = Some(RecentRecords {
+            watermark: started,
+            seconds,
+            ahead,
+        });
         Ok(stats)
     }
 

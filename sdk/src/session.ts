@@ -1,13 +1,22 @@
 //! Session identity, clock and the console logger shared by one telemetry instance.
 
-/** A random v4 UUID: `crypto.randomUUID` where present, else built from random bytes. */
-export function newSessionId(): string {
+/**
+ * A time-ordered UUID (version 7, RFC 9562): 48 bits of Unix time in ms, then random bits
+ * (from `crypto.getRandomValues`, or `Math.random` without crypto). Sessions that start
+ * close in time sort close together, so the server's per-session rows of recent sessions
+ * sit together in its stores' sort order instead of scattered over every session ever.
+ */
+export function newSessionId(now: () => number = Date.now): string {
   const c = (globalThis as { crypto?: Crypto }).crypto;
-  if (c && typeof c.randomUUID === 'function') return c.randomUUID();
   const b = new Uint8Array(16);
   if (c && typeof c.getRandomValues === 'function') c.getRandomValues(b);
   else for (let i = 0; i < 16; i++) b[i] = (Math.random() * 256) | 0;
-  b[6] = (b[6] & 0x0f) | 0x40;
+  let ms = Math.max(0, Math.floor(now()));
+  for (let i = 5; i >= 0; i--) {
+    b[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  b[6] = (b[6] & 0x0f) | 0x70;
   b[8] = (b[8] & 0x3f) | 0x80;
   const h = Array.from(b, (x) => (x + 256).toString(16).slice(1)).join('');
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;

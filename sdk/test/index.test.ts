@@ -23,7 +23,7 @@ describe('createTelemetry', () => {
     expect(Object.keys(t).sort()).toEqual(['attach', 'emit', 'end', 'sessionId']);
     expect(Object.isFrozen(t)).toBe(true);
     expect(t).not.toHaveProperty('on');
-    expect(t.sessionId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(t.sessionId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(createTelemetry(config()).sessionId).not.toBe(t.sessionId);
   });
 

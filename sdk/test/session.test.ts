@@ -1,20 +1,26 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { guard, makeLog, monotonicClock, newSessionId } from '../src/session';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 afterEach(() => vi.unstubAllGlobals());
 
 describe('newSessionId', () => {
-  it('uses crypto.randomUUID', () => {
-    expect(newSessionId()).toMatch(UUID);
-    vi.stubGlobal('crypto', { randomUUID: () => 'from-crypto' });
-    expect(newSessionId()).toBe('from-crypto');
+  it('is a version 7 UUID whose first 48 bits are the time in ms', () => {
+    const id = newSessionId(() => 1_714_521_600_123);
+    expect(id).toMatch(UUID);
+    expect(parseInt(id.replace(/-/g, '').slice(0, 12), 16)).toBe(1_714_521_600_123);
   });
-  it('builds a v4 UUID without randomUUID (insecure context) and without crypto', () => {
+  it('sorts by creation time, and ids of the same millisecond differ', () => {
+    const ids = [1, 2, 1_000, 1_714_521_600_000].map((t) => newSessionId(() => t));
+    expect([...ids].sort()).toEqual(ids);
+    const same = new Set(Array.from({ length: 50 }, () => newSessionId(() => 7)));
+    expect(same.size).toBe(50);
+  });
+  it('takes its random bits from crypto.getRandomValues, or Math.random without crypto', () => {
     vi.stubGlobal('crypto', { getRandomValues: (b: Uint8Array) => b.fill(255) });
-    expect(newSessionId()).toMatch(UUID);
+    expect(newSessionId(() => 0)).toBe('00000000-0000-7fff-bfff-ffffffffffff');
     vi.stubGlobal('crypto', undefined);
-    const ids = new Set(Array.from({ length: 50 }, newSessionId));
+    const ids = new Set(Array.from({ length: 50 }, () => newSessionId()));
     expect(ids.size).toBe(50);
     for (const id of ids) expect(id).toMatch(UUID);
   });

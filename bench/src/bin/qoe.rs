@@ -113,6 +113,15 @@ struct IngestArgs {
     /// Open loop at this many events/s (freshness); flat out when absent.
     #[arg(long)]
     rate: Option<f64>,
+    /// Session ids as SDK 0.2.0 sends them (time-ordered) or as SDK 0.1.0 did (random).
+    #[arg(long, value_enum, default_value_t = SessionIds::TimeOrdered)]
+    session_ids: SessionIds,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SessionIds {
+    TimeOrdered,
+    Random,
 }
 
 const OWNER: &str = "bench-owner";
@@ -375,6 +384,10 @@ async fn ingest(a: IngestArgs) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs_f64(a.duration);
     let start = Instant::now();
     let run_id: u32 = std::process::id();
+    let ids = a.session_ids;
+    let run_start_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let per_submitter_rate = a.rate.map(|r| r / a.submitters as f64);
     let stride = a.submitters.max(1);
     // Freshness: acknowledged samples go to a poller that runs during the run (a check
@@ -404,7 +417,15 @@ async fn ingest(a: IngestArgs) -> Result<()> {
                 // A fresh session per pass over the fleet, so nothing dedups away.
                 let pass = i / batches.len();
                 let mut b = b.clone();
-                b.session_id = format!("{}-r{run_id}-p{pass}", b.session_id);
+                b.session_id = match ids {
+                    // SDK 0.2.0's ids (UUIDv7) begin with the session's start time: a
+                    // pass's sessions sort after the previous pass's, as later starts do.
+                    SessionIds::TimeOrdered => {
+                        format!("{:012x}-{}", run_start_ms + pass as u64, b.session_id)
+                    }
+                    // SDK 0.1.0's ids (UUIDv4): spread over the whole key range.
+                    SessionIds::Random => format!("{}-r{run_id}-p{pass}", b.session_id),
+                };
                 let (rows, record) = b.to_write(OWNER, ua.classify(b.user_agent.as_deref()));
                 let n = rows.len() as u64;
                 if let Some(r) = per_submitter_rate {

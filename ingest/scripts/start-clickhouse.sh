@@ -44,12 +44,22 @@ fi
 
 $SUDO su clickhouse -s /bin/sh -c 'clickhouse-server --config-file=/etc/clickhouse-server/config.xml --pid-file=/var/lib/clickhouse/clickhouse-server.pid --daemon'
 
-for i in $(seq 1 60); do
+# A server holding many or large tables (a developer machine after benchmarks) loads them
+# all before it answers, which can take minutes on 2 cores: wait up to 5 minutes, but stop
+# at once, with the reason from its own log, if the server process has exited.
+pidfile=/var/lib/clickhouse/clickhouse-server.pid
+for i in $(seq 1 600); do
     if curl -sf http://127.0.0.1:8123/ping >/dev/null 2>&1; then
         echo "clickhouse ready"
         exit 0
     fi
+    if [ "$i" -gt 10 ] && { [ ! -s "$pidfile" ] || ! kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+        echo "clickhouse-server exited while starting; the end of its error log:" >&2
+        tail -n 30 /var/log/clickhouse-server/clickhouse-server.err.log >&2 || true
+        exit 1
+    fi
     sleep 0.5
 done
-echo "clickhouse did not answer /ping within 30 s" >&2
+echo "clickhouse did not answer /ping within 5 minutes; the end of its error log:" >&2
+tail -n 30 /var/log/clickhouse-server/clickhouse-server.err.log >&2 || true
 exit 1

@@ -102,10 +102,16 @@ struct DimsJson {
 
 impl BatchDims {
     /// A stored batch record (`view_batches` row): its earliest `ts`, write sequence and
-    /// `dims` JSON. Tolerant: unreadable JSON gives a record without context and an
-    /// unknown user agent (a stored record is never a reason to fail a view).
+    /// `dims` JSON. `""` is a record whose `dims` an earlier record of the view already
+    /// says (`ingest::record_dims`): it carries nothing and is never the first record, so
+    /// it reads as a record without context. Tolerant: unreadable JSON reads the same way,
+    /// with an unknown user agent (a stored record is never a reason to fail a view).
     pub fn from_stored(first_ts_ms: i64, seq: u64, dims_json: &str) -> Self {
-        let d: DimsJson = serde_json::from_str(dims_json).unwrap_or_default();
+        let d: DimsJson = if dims_json.is_empty() {
+            DimsJson::default()
+        } else {
+            serde_json::from_str(dims_json).unwrap_or_default()
+        };
         let part = |v: Option<String>| v.unwrap_or_else(|| UNKNOWN.to_owned());
         BatchDims {
             first_ts_ms,

@@ -475,6 +475,60 @@ async fn records_with_repeated_dims_resolve_and_count_like_every_record() {
     .await;
 }
 
+/// A session's repeated context is stored once (`ingest::record_dims`): a record whose dims
+/// an earlier stored record of the session already has is stored with `""`, and the view
+/// resolves exactly as from every record: a late batch with earlier events and a context
+/// change keep their own dims, and a restarted refresher still counts every record.
+#[tokio::test]
+async fn a_repeated_context_is_stored_once_and_resolves_as_every_record() {
+    for_both(|e| async move {
+        let with = |offset: i64, sdk: &str, tags: &[(&str, &str)]| {
+            let rows = vec![row("s1", offset, EventType::PlaybackPause, "")];
+            let mut rec = record("s1", &rows, sdk);
+            rec.context.tags = tags
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            (rows, rec)
+        };
+        let plain = [("plan", "free")];
+        let writes = [
+            with(2_000, "sdk-a", &plain), // first: its dims
+            with(3_000, "sdk-a", &plain), // a repeat: ""
+            with(1_000, "sdk-a", &plain), // earlier events: its dims
+            with(4_000, "sdk-b", &[("plan", "pro"), ("region", "eu")]), // changed: its dims
+            with(5_000, "sdk-a", &plain), // a repeat of the earliest: ""
+        ];
+        let full: Vec<String> = writes.iter().map(|(_, r)| r.dims_json()).collect();
+        for (rows, rec) in writes {
+            write(&e, rows, vec![rec]).await;
+        }
+        assert_eq!(
+            e.stored_dims(OWNER, "s1").await,
+            vec![
+                full[0].clone(),
+                String::new(),
+                full[2].clone(),
+                full[3].clone(),
+                String::new()
+            ],
+            "{}",
+            e.name
+        );
+        let mut r = e.refresher();
+        assert_eq!(r.step().await.expect("step").derived, 1, "{}", e.name);
+        let v = views_json(&e).await;
+        // As from every record: sdk and plan of the earliest (1 s), region from the change.
+        assert_eq!(v["items"][0]["sdk"], "sdk-a", "{}", e.name);
+        assert_eq!(v["items"][0]["tags"]["plan"], "free", "{}", e.name);
+        assert_eq!(v["items"][0]["tags"]["region"], "eu", "{}", e.name);
+        assert_eq!(v["items"][0]["browser"], "unknown", "{}", e.name);
+        let again = e.refresher().step().await.expect("step");
+        assert_eq!(again.derived, 0, "{} {again:?}", e.name);
+    })
+    .await;
+}
+
 /// 3,000 sessions with 150-character ids in one step: on ClickHouse their set is sent in
 /// one query of over 450 KB (above the server's default `max_query_size` of 256 KiB).
 #[tokio::test]

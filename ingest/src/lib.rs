@@ -9,6 +9,7 @@
 //! - [`time`]: ISO 8601 ↔ epoch milliseconds;
 //! - [`ua`]: `User-Agent` → browser, OS, device type ([`UaCache`]);
 //! - [`row`]: [`EventRow`] and [`BatchRecord`], the stored forms, and [`SinkWrite`];
+//! - [`record_dims`]: a record's stored `dims`, `""` where an earlier record says the same;
 //! - [`sink`]: the write-only [`EventSink`] trait, ClickHouse and SQLite
 //!   implementations, the supervised breaker;
 //! - [`writer`]: [`BatchWriter`], group commit in front of a sink.
@@ -23,6 +24,7 @@
 //! Debian's 18.16). Every ClickHouse test uses a fresh random database; SQLite
 //! tests use temp files. Golden wire fixtures live in `ingest/fixtures/`.
 
+pub mod record_dims;
 pub mod row;
 pub mod sink;
 pub mod time;

@@ -55,6 +55,32 @@ impl Engine {
             .with_compression(clickhouse::Compression::None)
     }
 
+    /// The stored `dims` text of each batch record of `session`, in write order.
+    pub async fn stored_dims(&self, owner: &str, session: &str) -> Vec<String> {
+        match &self.dir {
+            Some(dir) => {
+                let db = rusqlite::Connection::open(dir.path().join("telemetry.db")).expect("open");
+                let mut q = db
+                    .prepare("SELECT dims FROM view_batches WHERE owner = ?1 AND session_id = ?2 ORDER BY id")
+                    .expect("prepare");
+                q.query_map([owner, session], |r| r.get(0))
+                    .expect("query")
+                    .collect::<Result<_, _>>()
+                    .expect("rows")
+            }
+            None => self
+                .clickhouse()
+                .query(
+                    "SELECT dims FROM view_batches WHERE owner = ? AND session_id = ? ORDER BY seq",
+                )
+                .bind(owner)
+                .bind(session)
+                .fetch_all::<String>()
+                .await
+                .expect("records"),
+        }
+    }
+
     /// Drops the ClickHouse database (the temp dir removes itself).
     pub async fn finish(self) {
         if let Some(db) = &self.database {

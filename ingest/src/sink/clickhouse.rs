@@ -8,6 +8,7 @@
 //! row-type validation off on servers that predate `RowBinaryWithNamesAndTypes`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -18,6 +19,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
 use super::{EventSink, SinkError};
+use crate::record_dims::DimsMemory;
 use crate::row::SinkWrite;
 
 /// Table holding the events.
@@ -124,6 +126,8 @@ impl ClickHouseConfig {
 #[derive(Clone)]
 pub struct ClickHouseSink {
     client: Client,
+    /// Which records' `dims` an earlier stored record already says ([`DimsMemory`]).
+    dims: Arc<DimsMemory>,
 }
 
 impl std::fmt::Debug for ClickHouseSink {
@@ -204,7 +208,10 @@ impl ClickHouseSink {
         .await
         .map_err(map_err)?;
         let client = base.with_database(&config.database);
-        let sink = Self { client };
+        let sink = Self {
+            client,
+            dims: Arc::default(),
+        };
         sink.migrate().await?;
         tracing::info!(server_version = %version, validation, database = %config.database, "clickhouse sink ready");
         Ok(sink)
@@ -394,7 +401,7 @@ impl EventSink for ClickHouseSink {
                 .await
                 .map_err(map_err)?
                 .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
-            let dims: Vec<String> = batches.iter().map(|b| b.dims_json()).collect();
+            let dims = self.dims.for_write(&batches);
             let first_seq = allocate_seqs(now_ms, batches.len());
             let mut order: Vec<usize> = (0..batches.len()).collect();
             order.sort_by(|&a, &b| {
@@ -412,12 +419,13 @@ impl EventSink for ClickHouseSink {
                         session_id: &b.session_id,
                         first_ts: b.first_ts_ms,
                         seq: first_seq + i as u64,
-                        dims: &dims[i],
+                        dims: dims[i].stored(),
                     })
                     .await
                     .map_err(map_err)?;
             }
             insert.end().await.map_err(map_err)?;
+            self.dims.stored(&batches, &dims);
         }
         Ok(())
     }

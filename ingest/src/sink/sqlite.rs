@@ -21,6 +21,7 @@ use rusqlite::{ErrorCode, TransactionBehavior};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use super::{EventSink, SinkError};
+use crate::record_dims::{DimsMemory, RecordDims};
 use crate::row::{BatchRecord, EventRow, SinkWrite};
 
 /// File name of the telemetry database inside the data directory.
@@ -129,6 +130,8 @@ pub struct SqliteSink {
     /// Set once a commit found the checkpoint thread gone (logged once).
     checkpointer_gone: Arc<AtomicBool>,
     readers: SqlitePool,
+    /// Which records' `dims` an earlier stored record already says ([`DimsMemory`]).
+    dims: Arc<DimsMemory>,
 }
 
 impl SqliteSink {
@@ -197,6 +200,7 @@ impl SqliteSink {
             checkpoints,
             checkpointer_gone: Arc::new(AtomicBool::new(false)),
             readers,
+            dims: Arc::default(),
         })
     }
 
@@ -407,6 +411,7 @@ fn write_rows(
     conn: &mut rusqlite::Connection,
     rows: &[EventRow],
     batches: &[BatchRecord],
+    dims: &[RecordDims],
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
@@ -434,13 +439,13 @@ fn write_rows(
             .unwrap_or(0);
         let mut insert = tx.prepare_cached(INSERT_BATCH_SQL)?;
         // In submission order: the rowid is the record's write sequence.
-        for b in batches {
+        for (b, d) in batches.iter().zip(dims) {
             insert.execute(rusqlite::params![
                 &*b.owner,
                 &*b.session_id,
                 b.first_ts_ms,
                 now_ms,
-                b.dims_json(),
+                d.stored(),
             ])?;
         }
     }
@@ -505,8 +510,14 @@ impl EventSink for SqliteSink {
         if write.is_empty() {
             return Ok(());
         }
-        self.with_writer(move |conn| write_rows(conn, &write.rows, &write.batches))
+        let dims = self.dims.for_write(&write.batches);
+        let (batches, dims) = self
+            .with_writer(move |conn| {
+                write_rows(conn, &write.rows, &write.batches, &dims)?;
+                Ok((write.batches, dims))
+            })
             .await?;
+        self.dims.stored(&batches, &dims);
         // A full channel means a checkpoint is already due. Should the thread be
         // gone, SQLite's auto-checkpoint backstop still bounds the WAL; say so once.
         if let Err(TrySendError::Disconnected(())) = self.checkpoints.try_send(()) {

@@ -193,18 +193,27 @@ mod tests {
         stored_texts(&m, &[record("s", 100, Some("p"))]);
         // Earlier than the stored record: it may come first in the view's order.
         let early = record("s", 50, Some("p"));
-        assert_eq!(stored_texts(&m, &[early.clone()]), vec![early.dims_json()]);
+        assert_eq!(
+            stored_texts(&m, std::slice::from_ref(&early)),
+            vec![early.dims_json()]
+        );
         // A context change, another session, another owner: their own dims.
         let changed = record("s", 300, Some("q"));
         assert_eq!(
-            stored_texts(&m, &[changed.clone()]),
+            stored_texts(&m, std::slice::from_ref(&changed)),
             vec![changed.dims_json()]
         );
         let other = record("t", 300, Some("p"));
-        assert_eq!(stored_texts(&m, &[other.clone()]), vec![other.dims_json()]);
+        assert_eq!(
+            stored_texts(&m, std::slice::from_ref(&other)),
+            vec![other.dims_json()]
+        );
         let mut owner = record("s", 300, Some("p"));
         owner.owner = "other-owner".into();
-        assert_eq!(stored_texts(&m, &[owner.clone()]), vec![owner.dims_json()]);
+        assert_eq!(
+            stored_texts(&m, std::slice::from_ref(&owner)),
+            vec![owner.dims_json()]
+        );
         // The session now remembers its earliest record (ts 50): ts 60 with those dims is elided.
         assert_eq!(stored_texts(&m, &[record("s", 60, Some("p"))]), vec![""]);
     }
@@ -222,7 +231,10 @@ mod tests {
             stored_texts(&m, &[record(s, 1, None)]);
         }
         let b = record("b", 2, None);
-        assert_eq!(stored_texts(&m, &[b.clone()]), vec![b.dims_json()]);
+        assert_eq!(
+            stored_texts(&m, std::slice::from_ref(&b)),
+            vec![b.dims_json()]
+        );
     }
 
     #[test]

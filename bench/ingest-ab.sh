@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A/B of the ClickHouse ingest path between two server builds (docs/benchmarks.md).
+#
+# Usage: bench/ingest-ab.sh OLD_SERVER NEW_SERVER [rounds (3)]
+# Alternates OLD and NEW, each round: the release server on a fresh ClickHouse database with
+# the refresher off (STREAMWATCH_QOE_REFRESH=3600s), a user and an API key, then
+# `loadgen http` (CONNECTIONS=256 connections, BATCH=50-event batches, DURATION=20 s).
+# Prints events/s and the ClickHouse and server CPU per event. Each database is detached,
+# not dropped, after its round: a drop slows ClickHouse's next inserts for minutes here
+# (bench/ingest.sh explains why); drop them once done (they come back on a restart).
+# Env: LOADGEN (target/release/loadgen), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090).
+set -euo pipefail
+OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"
+LOADGEN="${LOADGEN:-target/release/loadgen}"
+CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
+PORT="${PORT:-18090}"; BASE="http://127.0.0.1:$PORT"
+CH_PID="$(pgrep -o -x clickhouse-serv || pgrep -o clickhouse-server)"
+cpu_of() { awk '{ sub(/.*\) /, ""); print ($12+$13)/100 }' "/proc/$1/stat"; }
+ch_sql() { curl -sf "$CH_URL/" --data-binary "$1" >/dev/null; }
+
+run() {
+    local label="$1" server="$2" db="ab_$(date +%s)_$RANDOM" dir
+    dir="$(mktemp -d /tmp/ingest-ab.XXXXXX)"
+    env -u DATABASE_URL CLICKHOUSE_URL="$CH_URL" CLICKHOUSE_DATABASE="$db" \
+        STREAMWATCH_QOE_REFRESH=3600s STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
+        STREAMWATCH_DATA_DIR="$dir/data" STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn \
+        "$server" serve >"$dir/server.log" 2>&1 &
+    local spid=$!
+    for _ in $(seq 1 150); do curl -s -o /dev/null "$BASE/" && break; sleep 0.1; done
+    curl -sf -c "$dir/jar" -H 'content-type: application/json' \
+        -d "{\"name\":\"ab\",\"email\":\"ab-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
+        "$BASE/api/auth/sign-up/email" >/dev/null
+    local key
+    key="$(curl -sf -b "$dir/jar" -H 'content-type: application/json' -H "origin: $BASE" \
+        -d '{"label":"ab"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+    local s0 c0 s1 c1 out
+    s0="$(cpu_of "$spid")"; c0="$(cpu_of "$CH_PID")"
+    out="$("$LOADGEN" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-256}" \
+        --batch "${BATCH:-50}" --duration "${DURATION:-20}" --json | tail -1)"
+    s1="$(cpu_of "$spid")"; c1="$(cpu_of "$CH_PID")"
+    kill "$spid"; wait "$spid" 2>/dev/null || true
+    python3 -c "
+import json; d = json.loads('''$out'''); n = d['events_per_s'] * ${DURATION:-20}
+print('$label %d events/s, ClickHouse %.2f us/event, server %.2f us/event' % (d['events_per_s'], ($c1 - $c0) / n * 1e6, ($s1 - $s0) / n * 1e6))"
+    for t in telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
+        ch_sql "DETACH TABLE IF EXISTS $db.$t" || true
+    done
+    rm -rf "$dir"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    run "old round $r:" "$OLD"
+    run "new round $r:" "$NEW"
+done

@@ -7,7 +7,9 @@
 # `loadgen http` (CONNECTIONS=256 connections, BATCH=50-event batches, DURATION=20 s).
 # Prints events/s and the ClickHouse and server CPU per event. Each database is detached,
 # not dropped, after its round: a drop slows ClickHouse's next inserts for minutes here
-# (bench/ingest.sh explains why); drop them once done (they come back on a restart).
+# (bench/ingest.sh explains why). Drop them once done: `ATTACH TABLE` each table of a
+# database, then `DROP DATABASE` (18.16 refuses to drop one holding detached tables, and
+# re-attaches them all on its next start).
 # Env: LOADGEN (target/release/loadgen), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090).
 set -euo pipefail
 OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"

@@ -46,8 +46,20 @@ async fn clickhouse_creates_database_and_migrates_idempotently() {
             "SELECT count() AS n FROM schema_migrations"
         )
         .await,
-        2,
+        3,
         "each migration recorded once"
+    );
+    // The records' Buffer names its destination with this database spelled out (the
+    // `{database}` of migration 0003), so it flushes there after a server restart too.
+    let engine: Vec<String> = raw_client(&config.database)
+        .query("SELECT engine_full FROM system.tables WHERE database = currentDatabase() AND name = 'view_batches_buffer'")
+        .fetch_all()
+        .await
+        .expect("buffer");
+    assert_eq!(engine.len(), 1);
+    assert!(
+        engine[0].starts_with(&format!("Buffer({}, view_batches, ", config.database)),
+        "{engine:?}"
     );
     assert_eq!(
         count(

@@ -415,11 +415,6 @@ struct RawEventRow {
     ver: u64,
 }
 
-#[derive(Row, Deserialize)]
-struct IntRow {
-    v: i64,
-}
-
 #[derive(Row, Serialize)]
 struct StateRow<'a> {
     name: &'a str,
@@ -428,6 +423,52 @@ struct StateRow<'a> {
 
 /// The watermark's row in `qoe_refresh_state`.
 const WATERMARK: &str = "views";
+
+/// The row in `qoe_refresh_state` holding when the ClickHouse server last started (epoch
+/// s, `now() - uptime()`), as of the last step: a later start means the server restarted,
+/// and the batch records its Buffer held may be gone ([`ChStore::recover_records`]).
+const SERVER_STARTED: &str = "clickhouse_started";
+
+/// Slack on the server's start time (`now()` and `uptime()` are whole seconds, read at
+/// different instants): a start more than this later than the stored one is a restart.
+const RESTART_SLACK_S: i64 = 5;
+
+/// The `dims` of a record the refresher writes for events whose own record was lost: no
+/// context and an unknown user agent (the same text as migration 0002's records).
+const BARE_DIMS: &str = r#"{"tags":{},"browser":"unknown","os":"unknown","deviceType":"unknown"}"#;
+
+/// How far the clocks of the instances that wrote events may be from the server's, for
+/// [`ChStore::recover_records`]' window (one step's margin is added on the early side).
+const RECOVERY_SKEW_S: i64 = 60;
+
+/// Insert form of a record [`ChStore::recover_records`] writes (`written_at` is `now()`).
+#[derive(Row, Serialize)]
+struct RecoveryInsert<'a> {
+    owner: &'a str,
+    session_id: &'a str,
+    first_ts: i64,
+    seq: u64,
+    dims: &'a str,
+}
+
+#[derive(Row, Deserialize)]
+struct ClockRow {
+    now: i64,
+    uptime: i64,
+}
+
+#[derive(Row, Deserialize)]
+struct StateValue {
+    name: String,
+    value: i64,
+}
+
+#[derive(Row, Deserialize)]
+struct RecoveredRecord {
+    owner: String,
+    session_id: String,
+    first_ts: i64,
+}
 
 impl ChStore {
     pub fn new(client: Client) -> Self {
@@ -689,22 +730,37 @@ impl ChStore {
         state: &mut RefreshState,
         cfg: &RefreshConfig,
     ) -> Result<RefreshStats, AnalyticsError> {
-        // Server time, the clock `written_at` was stamped with.
-        let started = self
+        // Records reach `view_batches` through a Buffer table (migration 0003), which
+        // writes them out every second or two; flushing it first makes every record
+        // inserted so far visible now, so freshness does not wait for the Buffer. The
+        // reads below then go to `view_batches` alone: reading through the Buffer can miss
+        // rows that move to the table while a query runs, and the step's bookkeeping
+        // needs a record, once seen, to stay visible.
+        self.client
+            .query("OPTIMIZE TABLE view_batches_buffer")
+            .execute()
+            .await
+            .map_err(map_err)?;
+        // Server time, the clock `written_at` was stamped with, and its uptime.
+        let clock = self
             .client
-            .query("SELECT toInt64(toUnixTimestamp(now())) AS v")
-            .fetch_one::<IntRow>()
+            .query("SELECT toInt64(toUnixTimestamp(now())) AS now, toInt64(uptime()) AS uptime")
+            .fetch_one::<ClockRow>()
+            .await
+            .map_err(map_err)?;
+        let started = clock.now;
+        let server_started = clock.now - clock.uptime;
+        let values: HashMap<String, i64> = self
+            .client
+            .query("SELECT name, toInt64(max(value)) AS value FROM qoe_refresh_state GROUP BY name")
+            .fetch_all::<StateValue>()
             .await
             .map_err(map_err)?
-            .v;
-        let stored = self
-            .client
-            .query("SELECT toInt64(max(value)) AS v FROM qoe_refresh_state WHERE name = ?")
-            .bind(WATERMARK)
-            .fetch_one::<IntRow>()
-            .await
-            .map_err(map_err)?
-            .v;
+            .into_iter()
+            .map(|r| (r.name, r.value))
+            .collect();
+        let stored = values.get(WATERMARK).copied().unwrap_or(0);
+        let known_start = values.get(SERVER_STARTED).copied().unwrap_or(0);
         let watermark = state.watermark.unwrap_or(0).max(stored);
         let since = if watermark > 0 {
             watermark - cfg.margin.as_secs() as i64
@@ -712,6 +768,16 @@ impl ChStore {
             0
         };
         let since = since.max(0);
+        if known_start == 0 || server_started > known_start + RESTART_SLACK_S {
+            if known_start > 0 {
+                let n = self.recover_records(since, started).await?;
+                tracing::warn!(
+                    recovered_sessions = n,
+                    "ClickHouse restarted since the last refresh step: views with events written since then are derived again"
+                );
+            }
+            self.write_state(SERVER_STARTED, server_started).await?;
+        }
         // Records per second of `written_at` over the window: one 4-byte column, so cheap
         // next to the window's sessions. Read before the sessions: a record that shows up
         // in between is then seen by the sessions' read but not counted here, and the next
@@ -804,19 +870,7 @@ impl ChStore {
                 self.refresh_chunk(owner, chunk, &mut stats).await?;
             }
         }
-        let mut insert = self
-            .client
-            .insert::<StateRow<'_>>("qoe_refresh_state")
-            .await
-            .map_err(map_err)?;
-        insert
-            .write(&StateRow {
-                name: WATERMARK,
-                value: started,
-            })
-            .await
-            .map_err(map_err)?;
-        insert.end().await.map_err(map_err)?;
+        self.write_state(WATERMARK, started).await?;
         state.watermark = Some(started);
         // Only a completed step's counts: after a failed one, the next step compares
         // with the last completed step again (from its window start).
@@ -826,6 +880,72 @@ impl ChStore {
             ahead,
         });
         Ok(stats)
+    }
+
+    async fn write_state(&self, name: &str, value: i64) -> Result<(), AnalyticsError> {
+        let mut insert = self
+            .client
+            .insert::<StateRow<'_>>("qoe_refresh_state")
+            .await
+            .map_err(map_err)?;
+        insert
+            .write(&StateRow { name, value })
+            .await
+            .map_err(map_err)?;
+        insert.end().await.map_err(map_err)
+    }
+
+    /// After a ClickHouse restart: batch records the Buffer in front of `view_batches` held
+    /// are lost if the server did not stop cleanly, while their events are stored (the
+    /// sink writes them first). Every session with events written from `since` (the step
+    /// window's start; the step before flushed the Buffer) to `until` gets a record with
+    /// bare `dims` written straight to `view_batches`, so this step derives it again from
+    /// its events. Each event's write time is in its `ver` (the ClickHouse sink's
+    /// `first_wins_version`: `u64::MAX` minus write ms · 2^20 plus a counter); the window
+    /// is widened by [`RECOVERY_SKEW_S`] against the writers' clock skew. One scan of the
+    /// `ver` column per restart. Such a record orders after every real record of the same `first_ts`
+    /// (`seq` is the largest), so it decides a dimension only where the session's
+    /// earlier events lost their own record: their context is unknown then, and says so.
+    /// Returns the number of sessions.
+    async fn recover_records(&self, since: i64, until: i64) -> Result<usize, AnalyticsError> {
+        let ms = |s: i64| (s.max(0) as u64) * 1000;
+        let (ver_min, ver_max) = ingest::sink::clickhouse::versions_written_between(
+            ms(since - RECOVERY_SKEW_S),
+            ms(until + 1 + RECOVERY_SKEW_S),
+        );
+        let sessions = self
+            .client
+            .query(
+                "SELECT owner, session_id, toInt64(min(ts)) AS first_ts FROM telemetry_events \
+                 WHERE ver >= ? AND ver <= ? GROUP BY owner, session_id",
+            )
+            .bind(ver_min)
+            .bind(ver_max)
+            .fetch_all::<RecoveredRecord>()
+            .await
+            .map_err(map_err)?;
+        if sessions.is_empty() {
+            return Ok(0);
+        }
+        let mut insert = self
+            .client
+            .insert::<RecoveryInsert<'_>>("view_batches")
+            .await
+            .map_err(map_err)?;
+        for r in &sessions {
+            insert
+                .write(&RecoveryInsert {
+                    owner: &r.owner,
+                    session_id: &r.session_id,
+                    first_ts: r.first_ts,
+                    seq: u64::MAX,
+                    dims: BARE_DIMS,
+                })
+                .await
+                .map_err(map_err)?;
+        }
+        insert.end().await.map_err(map_err)?;
+        Ok(sessions.len())
     }
 
     /// `sql` with its owner and its set of sessions bound (the first two `?`). The set is

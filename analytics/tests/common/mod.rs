@@ -68,16 +68,22 @@ impl Engine {
                     .collect::<Result<_, _>>()
                     .expect("rows")
             }
-            None => self
-                .clickhouse()
-                .query(
+            None => {
+                // Records wait in the Buffer in front of `view_batches` (a second or two).
+                let ch = self.clickhouse();
+                ch.query("OPTIMIZE TABLE view_batches_buffer")
+                    .execute()
+                    .await
+                    .expect("flush the records' Buffer");
+                ch.query(
                     "SELECT dims FROM view_batches WHERE owner = ? AND session_id = ? ORDER BY seq",
                 )
                 .bind(owner)
                 .bind(session)
                 .fetch_all::<String>()
                 .await
-                .expect("records"),
+                .expect("records")
+            }
         }
     }
 

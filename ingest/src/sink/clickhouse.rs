@@ -8,7 +8,6 @@
 //! row-type validation off on servers that predate `RowBinaryWithNamesAndTypes`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -19,7 +18,6 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
 use super::{EventSink, SinkError};
-use crate::record_dims::DimsMemory;
 use crate::row::SinkWrite;
 
 /// Table holding the events.
@@ -27,6 +25,10 @@ pub const EVENTS_TABLE: &str = "telemetry_events";
 
 /// Table holding one row per ingest batch: its view dimensions (analytics.md §1).
 pub const BATCHES_TABLE: &str = "view_batches";
+
+/// The Buffer table in front of [`BATCHES_TABLE`]: records are inserted into it and read
+/// through it (`migrations/clickhouse/0003_view_batches_buffer.sql` says why).
+pub const BATCHES_BUFFER: &str = "view_batches_buffer";
 
 /// Table recording applied migrations.
 pub const MIGRATIONS_TABLE: &str = "schema_migrations";
@@ -42,6 +44,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         2,
         "0002_qoe_views",
         include_str!("../../../migrations/clickhouse/0002_qoe_views.sql"),
+    ),
+    (
+        3,
+        "0003_view_batches_buffer",
+        include_str!("../../../migrations/clickhouse/0003_view_batches_buffer.sql"),
     ),
 ];
 
@@ -124,10 +131,15 @@ impl ClickHouseConfig {
 
 /// Telemetry storage in ClickHouse.
 #[derive(Clone)]
+///
+/// Every batch record carries its whole `dims` here, unlike the SQLite sink
+/// ([`crate::record_dims`]): records go through a Buffer table, whose rows a ClickHouse
+/// crash can lose, and a record whose `dims` were elided against a lost one would leave
+/// its view without the context the batch did carry.
 pub struct ClickHouseSink {
     client: Client,
-    /// Which records' `dims` an earlier stored record already says ([`DimsMemory`]).
-    dims: Arc<DimsMemory>,
+    /// The database `client` uses (migrations name it where ClickHouse needs it spelled out).
+    database: String,
 }
 
 impl std::fmt::Debug for ClickHouseSink {
@@ -210,7 +222,7 @@ impl ClickHouseSink {
         let client = base.with_database(&config.database);
         let sink = Self {
             client,
-            dims: Arc::default(),
+            database: config.database.clone(),
         };
         sink.migrate().await?;
         tracing::info!(server_version = %version, validation, database = %config.database, "clickhouse sink ready");
@@ -248,7 +260,7 @@ impl ClickHouseSink {
             if applied.contains(version) {
                 continue;
             }
-            for statement in split_statements(sql) {
+            for statement in split_statements(&sql.replace("{database}", &self.database)) {
                 self.client.query(&statement).execute().await.map_err(|e| {
                     SinkError::Permanent(format!("clickhouse migration {name} failed: {e}"))
                 })?;
@@ -337,6 +349,18 @@ fn first_wins_version(base: u64, index: usize) -> u64 {
     u64::MAX - (base + index as u64)
 }
 
+/// The `ver` range of the rows written from `from_ms` to `until_ms` (writer clock, epoch
+/// ms; the rows of later milliseconds are outside), as `(min, max)`: e.g. for finding the sessions written to in
+/// a span of time without a time column (analytics' recovery after a server restart).
+/// Sequences are at least the write time · 2^20 (they can run ahead of it by the rows
+/// written in one millisecond beyond 2^20, so callers widen the span).
+pub fn versions_written_between(from_ms: u64, until_ms: u64) -> (u64, u64) {
+    (
+        first_wins_version(until_ms << 20, 0),
+        first_wins_version(from_ms << 20, 0),
+    )
+}
+
 /// The last write sequence this process handed out.
 static LAST_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -393,39 +417,31 @@ impl EventSink for ClickHouseSink {
             insert.end().await.map_err(map_err)?;
         }
         // The records go second: one visible means its events are (analytics relies on
-        // it when it skips views whose record count did not change).
+        // it when it skips views whose record count did not change). Into the Buffer in
+        // front of `view_batches`: one part per flush, not one per write.
         if !batches.is_empty() {
             let mut insert = self
                 .client
-                .insert::<BatchInsertRow<'_>>(BATCHES_TABLE)
+                .insert::<BatchInsertRow<'_>>(BATCHES_BUFFER)
                 .await
                 .map_err(map_err)?
                 .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
-            let dims = self.dims.for_write(&batches);
             let first_seq = allocate_seqs(now_ms, batches.len());
-            let mut order: Vec<usize> = (0..batches.len()).collect();
-            order.sort_by(|&a, &b| {
-                (&*batches[a].owner, &*batches[a].session_id, a).cmp(&(
-                    &*batches[b].owner,
-                    &*batches[b].session_id,
-                    b,
-                ))
-            });
-            for i in order {
-                let b = &batches[i];
+            // In submission order: the Buffer sorts whole flushes by key, not each insert.
+            for (i, b) in batches.iter().enumerate() {
+                let dims = b.dims_json();
                 insert
                     .write(&BatchInsertRow {
                         owner: &b.owner,
                         session_id: &b.session_id,
                         first_ts: b.first_ts_ms,
                         seq: first_seq + i as u64,
-                        dims: dims[i].stored(),
+                        dims: &dims,
                     })
                     .await
                     .map_err(map_err)?;
             }
             insert.end().await.map_err(map_err)?;
-            self.dims.stored(&batches, &dims);
         }
         Ok(())
     }
@@ -483,6 +499,15 @@ mod tests {
         );
         let later = allocate_seqs(1001, 1);
         assert!(first_wins_version(b, 1) > first_wins_version(later, 0));
+    }
+
+    #[test]
+    fn version_bounds_hold_the_rows_written_in_the_span() {
+        let (min, max) = versions_written_between(1_000, 2_000);
+        let inside = first_wins_version(allocate_seqs(1_500, 3), 2);
+        assert!((min..=max).contains(&inside));
+        assert!(first_wins_version(999 << 20, 0) > max, "written before");
+        assert!(first_wins_version(2_001 << 20, 0) < min, "written after");
     }
 
     #[test]

@@ -44,7 +44,7 @@ run() {
     python3 -c "
 import json; d = json.loads('''$out'''); n = d['events_per_s'] * ${DURATION:-20}
 print('$label %d events/s, ClickHouse %.2f us/event, server %.2f us/event' % (d['events_per_s'], ($c1 - $c0) / n * 1e6, ($s1 - $s0) / n * 1e6))"
-    for t in telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
+    for t in view_batches_buffer telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
         ch_sql "DETACH TABLE IF EXISTS $db.$t" || true
     done
     rm -rf "$dir"

@@ -1,5 +1,6 @@
-//! The `dims` a sink stores with each batch record: the record's own dimensions, or `""`
-//! where an earlier stored record of the same view already says the same.
+//! The `dims` the SQLite sink stores with each batch record: the record's own dimensions,
+//! or `""` where an earlier stored record of the same view already says the same. (The
+//! ClickHouse sink stores every record's own: `sink::clickhouse` says why.)
 //!
 //! Why: realistic SDK batches hold one or two events, so a fleet writes nearly as many
 //! records as events, and a session's records nearly always repeat one context and one

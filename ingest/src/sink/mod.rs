@@ -140,8 +140,10 @@ impl Serialize for StoredEvent {
 ///   **first** stored row of a key wins, so a repeated batch is a no-op;
 /// - each [`crate::BatchRecord`] of a write is stored as one row of `view_batches`, in
 ///   the same durable write as the events (SQLite: the same transaction; ClickHouse:
-///   the events insert, then the records insert, both answered before `Ok`), so a
-///   record is never visible before its batch's events.
+///   the events insert, then the records insert into the Buffer table in front of
+///   `view_batches`, both answered before `Ok`), so a record is never visible before
+///   its batch's events. A ClickHouse crash can lose buffered records, never events
+///   (analytics' refresher derives the affected views again after a server restart).
 ///
 /// Reads (the QoE routes and the session read-back) are the `analytics` crate's.
 #[async_trait]

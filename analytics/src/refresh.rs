@@ -18,7 +18,12 @@
 //!   record count changed ([`RecentRecords`]), and skips sessions whose count did not
 //!   grow; of the others, views whose record count equals the stored one are skipped (a
 //!   record is inserted after its events, so an unchanged count means no unseen event).
-//!   Both keep the margin cheap.
+//!   Both keep the margin cheap. Records reach `view_batches` through a Buffer table; a
+//!   step flushes it first and reads `view_batches` alone (a record, once seen, stays
+//!   visible). A step that finds the server started later than the start it recorded
+//!   (a restart, which may have emptied the Buffer) first writes a bare record for every
+//!   session whose events were written since the window start, so those views are derived
+//!   again from their events.
 //!
 //! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
 //! upserts, so a restart re-derives whatever the interrupted step had not finished.

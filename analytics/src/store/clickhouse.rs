@@ -903,10 +903,10 @@ impl ChStore {
     /// its events. Each event's write time is in its `ver` (the ClickHouse sink's
     /// `first_wins_version`: `u64::MAX` minus write ms · 2^20 plus a counter); the window
     /// is widened by [`RECOVERY_SKEW_S`] against the writers' clock skew. One scan of the
-    /// `ver` column per restart. Such a record orders after every real record of the same `first_ts`
-    /// (`seq` is the largest), so it decides a dimension only where the session's
-    /// earlier events lost their own record: their context is unknown then, and says so.
-    /// Returns the number of sessions.
+    /// `ver` column per restart. Such a record orders after every real record of the same
+    /// `first_ts` (`seq` is the largest), so it decides a dimension only where the
+    /// session's earlier events lost their own record: their context is unknown then, and
+    /// says so. Returns the number of sessions.
     async fn recover_records(&self, since: i64, until: i64) -> Result<usize, AnalyticsError> {
         let ms = |s: i64| (s.max(0) as u64) * 1000;
         let (ver_min, ver_max) = ingest::sink::clickhouse::versions_written_between(

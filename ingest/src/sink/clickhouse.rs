@@ -26,8 +26,9 @@ pub const EVENTS_TABLE: &str = "telemetry_events";
 /// Table holding one row per ingest batch: its view dimensions (analytics.md §1).
 pub const BATCHES_TABLE: &str = "view_batches";
 
-/// The Buffer table in front of [`BATCHES_TABLE`]: records are inserted into it and read
-/// through it (`migrations/clickhouse/0003_view_batches_buffer.sql` says why).
+/// The Buffer table in front of [`BATCHES_TABLE`]: the sink inserts records into it, the
+/// refresher flushes it and reads the table (`migrations/clickhouse/0003_view_batches_buffer.sql`
+/// says why).
 pub const BATCHES_BUFFER: &str = "view_batches_buffer";
 
 /// Table recording applied migrations.
@@ -130,12 +131,12 @@ impl ClickHouseConfig {
 }
 
 /// Telemetry storage in ClickHouse.
-#[derive(Clone)]
 ///
 /// Every batch record carries its whole `dims` here, unlike the SQLite sink
 /// ([`crate::record_dims`]): records go through a Buffer table, whose rows a ClickHouse
 /// crash can lose, and a record whose `dims` were elided against a lost one would leave
 /// its view without the context the batch did carry.
+#[derive(Clone)]
 pub struct ClickHouseSink {
     client: Client,
     /// The database `client` uses (migrations name it where ClickHouse needs it spelled out).
@@ -350,10 +351,11 @@ fn first_wins_version(base: u64, index: usize) -> u64 {
 }
 
 /// The `ver` range of the rows written from `from_ms` to `until_ms` (writer clock, epoch
-/// ms; the rows of later milliseconds are outside), as `(min, max)`: e.g. for finding the sessions written to in
-/// a span of time without a time column (analytics' recovery after a server restart).
-/// Sequences are at least the write time · 2^20 (they can run ahead of it by the rows
-/// written in one millisecond beyond 2^20, so callers widen the span).
+/// ms; the rows of later milliseconds are outside), as `(min, max)`: for finding the
+/// sessions written to in a span of time without a time column (analytics' recovery
+/// after a server restart). Sequences are at least the write time · 2^20 (they can run
+/// ahead of it by the rows written in one millisecond beyond 2^20, so callers widen the
+/// span).
 pub fn versions_written_between(from_ms: u64, until_ms: u64) -> (u64, u64) {
     (
         first_wins_version(until_ms << 20, 0),

@@ -464,6 +464,51 @@ async fn a_late_batch_moves_a_view_to_an_earlier_day() {
     .await;
 }
 
+/// A view that moves to a day more than a year earlier (a late batch of the same session):
+/// its stored row lies beyond the days every upsert tombstones, so the step finds it and
+/// tombstones it too, also after the refresher's first step (when it reads no stored view
+/// otherwise).
+#[tokio::test]
+async fn a_view_moved_back_over_a_year_keeps_one_row() {
+    for_both(|e| async move {
+        let mut r = e.refresher();
+        let day = 86_400_000;
+        batch(&e, "s1", vec![start("s1", 400 * day)], "sdk").await;
+        batch(&e, "s2", vec![start("s2", 0)], "sdk").await;
+        r.step().await.expect("step");
+        assert_eq!(
+            views_in(&e, T0 + 399 * day, T0 + 401 * day).await,
+            (1, vec!["s1".to_owned()]),
+            "{}",
+            e.name
+        );
+        batch(
+            &e,
+            "s1",
+            vec![row("s1", 0, EventType::PlaybackPause, "{}")],
+            "sdk",
+        )
+        .await;
+        let stats = r.step().await.expect("step");
+        assert_eq!(stats.derived, 1, "{} {stats:?}", e.name);
+        assert_eq!(
+            views_in(&e, T0 + 399 * day, T0 + 401 * day).await,
+            (0, vec![]),
+            "{}",
+            e.name
+        );
+        let (n, mut ids) = views_in(&e, T0 - day, T0 + 401 * day).await;
+        ids.sort();
+        assert_eq!(
+            (n, ids),
+            (2, vec!["s1".to_owned(), "s2".to_owned()]),
+            "{}",
+            e.name
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn clickhouse_a_stale_upsert_under_a_later_day_never_shows() {
     let e = common::clickhouse().await;

@@ -865,9 +865,13 @@ impl ChStore {
                 ahead.insert(key, k.next_ahead);
             }
         }
+        // After this refresher's own last step every candidate grew, so comparing with the
+        // stored views' record counts would skip nothing: that read is left out then.
+        let skip_unchanged = previous.is_none();
         for (owner, sessions) in &by_owner {
             for chunk in sessions.chunks(cfg.chunk.max(1)) {
-                self.refresh_chunk(owner, chunk, &mut stats).await?;
+                self.refresh_chunk(owner, chunk, skip_unchanged, &mut stats)
+                    .await?;
             }
         }
         self.write_state(WATERMARK, started).await?;
@@ -972,10 +976,47 @@ impl ChStore {
             )
     }
 
+    /// The stored views of `sessions` started between `first_day` and `last_day`: the
+    /// highest record count each was derived from, and the days it is stored under.
+    async fn stored_views<S: AsRef<str> + serde::Serialize>(
+        &self,
+        owner: &str,
+        sessions: &[S],
+        (first_day, last_day): (i64, i64),
+    ) -> Result<(HashMap<String, u64>, HashMap<String, Vec<i64>>), AnalyticsError> {
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut days: HashMap<String, Vec<i64>> = HashMap::new();
+        for r in self
+            .session_set_query(
+                "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) \
+                 AND started_day >= ? AND started_day <= ? AND deleted = 0",
+                owner,
+                sessions,
+            )
+            .bind(first_day)
+            .bind(last_day)
+            .fetch_all::<StoredCount>()
+            .await
+            .map_err(map_err)?
+        {
+            let n = counts.entry(r.session_id.clone()).or_insert(0);
+            *n = (*n).max(r.batch_rows);
+            days.entry(r.session_id)
+                .or_default()
+                .push(day_of(r.started_at));
+        }
+        Ok((counts, days))
+    }
+
+    /// Derives and upserts the views of `sessions`. With `skip_unchanged`, views whose
+    /// stored record count equals their records' are left alone (after a restart, when
+    /// every session of the window is a candidate).
     async fn refresh_chunk(
         &self,
         owner: &str,
         sessions: &[String],
+        skip_unchanged: bool,
         stats: &mut RefreshStats,
     ) -> Result<(), AnalyticsError> {
         // A session's records nearly always carry the same dims: one row per distinct
@@ -1008,34 +1049,16 @@ impl ChStore {
         // it starts at or before one of their `first_ts`, and at or after the earliest
         // (unless it saw events whose record is not visible: it is then not found and
         // derived again). Within each day of the sort key, `session_id IN` skips granules.
-        let (first_day, last_day) = if records.is_empty() {
+        let day_range = if records.is_empty() {
             (0, 0)
         } else {
             (day_of(first_ts), day_of(last_ts))
         };
-        let mut stored: HashMap<String, u64> = HashMap::new();
-        let mut stored_days: HashMap<String, Vec<i64>> = HashMap::new();
-        for r in self
-            .session_set_query(
-                "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL \
-                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) \
-                 AND started_day >= ? AND started_day <= ? AND deleted = 0",
-                owner,
-                sessions,
-            )
-            .bind(first_day)
-            .bind(last_day)
-            .fetch_all::<StoredCount>()
-            .await
-            .map_err(map_err)?
-        {
-            let n = stored.entry(r.session_id.clone()).or_insert(0);
-            *n = (*n).max(r.batch_rows);
-            stored_days
-                .entry(r.session_id)
-                .or_default()
-                .push(day_of(r.started_at));
-        }
+        let (stored, mut stored_days) = if skip_unchanged {
+            self.stored_views(owner, sessions, day_range).await?
+        } else {
+            Default::default()
+        };
         // A view whose record count is unchanged saw every event of those records when
         // it was derived (records are inserted after their events): skip it.
         let changed: Vec<&str> = sessions
@@ -1103,7 +1126,16 @@ impl ChStore {
         stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();
         // Tombstones under every other day a derivation from less data may have put the
         // view: such a derivation saw a subset of the events, so it started in
-        // [started_at, ended_at]; plus any day a stored row of it was read under.
+        // [started_at, ended_at]; plus any day a stored row of it was read under. Only a
+        // view spanning more days than get a tombstone needs the stored rows' days.
+        let long: Vec<&str> = rows
+            .iter()
+            .filter(|r| day_of(r.ended_at) - day_of(r.started_at) > MAX_TOMBSTONE_DAYS)
+            .map(|r| r.session_id.as_str())
+            .collect();
+        if !skip_unchanged && !long.is_empty() {
+            stored_days = self.stored_views(owner, &long, day_range).await?.1;
+        }
         let mut tombstones = Vec::new();
         for r in &rows {
             let day = day_of(r.started_at);

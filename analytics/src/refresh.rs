@@ -16,9 +16,10 @@
 //!   covers records that were in flight when the previous step ran. A step reads only the
 //!   records written since the previous one started and the seconds of the margin whose
 //!   record count changed ([`RecentRecords`]), and skips sessions whose count did not
-//!   grow; of the others, views whose record count equals the stored one are skipped (a
-//!   record is inserted after its events, so an unchanged count means no unseen event).
-//!   Both keep the margin cheap. Records reach `view_batches` through a Buffer table; a
+//!   grow. On a first step (or after a restart), when every session of the window is a
+//!   candidate, views whose record count equals the stored one are skipped (a record is
+//!   inserted after its events, so an unchanged count means no unseen event). Both keep
+//!   the margin cheap. Records reach `view_batches` through a Buffer table; a
 //!   step flushes it first and reads `view_batches` alone (a record, once seen, stays
 //!   visible). A step that finds the server started later than the start it recorded
 //!   (a restart, which may have emptied the Buffer) first writes a bare record for every

@@ -88,6 +88,15 @@ fn everything() -> ViewsQuery {
     }
 }
 
+/// The item of `session` in a views list body.
+fn view_of(views: &serde_json::Value, session: &str) -> serde_json::Value {
+    views["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["sessionId"] == session))
+        .cloned()
+        .unwrap_or_else(|| panic!("no view of {session} in {views}"))
+}
+
 async fn views_json(e: &Engine) -> serde_json::Value {
     let body = e
         .store
@@ -261,11 +270,7 @@ async fn clickhouse_record_visible_late_inside_the_margin_is_derived() {
     let stats = r.step().await.expect("step");
     assert_eq!(stats.derived, 1, "{stats:?}");
     let v = views_json(&e).await;
-    let s1 = v["items"]
-        .as_array()
-        .and_then(|items| items.iter().find(|i| i["sessionId"] == "s1"))
-        .cloned()
-        .expect("s1");
+    let s1 = view_of(&v, "s1");
     assert_eq!(s1["endedAt"], "2024-05-01T00:01:01.000Z");
     // Nothing new since: nothing derived.
     let idle = r.step().await.expect("step");
@@ -312,20 +317,12 @@ async fn clickhouse_after_a_server_restart_views_whose_records_were_lost_are_der
     // window is that wide on purpose): both derived again.
     assert_eq!(stats.derived, 2, "{stats:?}");
     let v = views_json(&e).await;
-    let kept = v["items"]
-        .as_array()
-        .and_then(|items| items.iter().find(|i| i["sessionId"] == "kept"))
-        .cloned()
-        .expect("kept");
+    let kept = view_of(&v, "kept");
     assert_eq!(
         kept["sdk"], "sdk",
         "its own record still decides its context"
     );
-    let lost = v["items"]
-        .as_array()
-        .and_then(|items| items.iter().find(|i| i["sessionId"] == "lost"))
-        .cloned()
-        .expect("lost is a view now");
+    let lost = view_of(&v, "lost");
     assert_eq!(lost["endedAt"], "2024-05-01T00:00:09.000Z");
     assert_eq!(lost["sdk"], serde_json::Value::Null);
     assert_eq!(lost["browser"], "unknown");

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use clickhouse::{Client, Row};
+use ingest::sink::clickhouse::RecordRow;
 use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
 use serde::{Deserialize, Serialize};
 
@@ -433,23 +434,9 @@ const SERVER_STARTED: &str = "clickhouse_started";
 /// different instants): a start more than this later than the stored one is a restart.
 const RESTART_SLACK_S: i64 = 5;
 
-/// The `dims` of a record the refresher writes for events whose own record was lost: no
-/// context and an unknown user agent (the same text as migration 0002's records).
-const BARE_DIMS: &str = r#"{"tags":{},"browser":"unknown","os":"unknown","deviceType":"unknown"}"#;
-
 /// How far the clocks of the instances that wrote events may be from the server's, for
 /// [`ChStore::recover_records`]' window (one step's margin is added on the early side).
 const RECOVERY_SKEW_S: i64 = 60;
-
-/// Insert form of a record [`ChStore::recover_records`] writes (`written_at` is `now()`).
-#[derive(Row, Serialize)]
-struct RecoveryInsert<'a> {
-    owner: &'a str,
-    session_id: &'a str,
-    first_ts: i64,
-    seq: u64,
-    dims: &'a str,
-}
 
 #[derive(Row, Deserialize)]
 struct ClockRow {
@@ -768,14 +755,15 @@ impl ChStore {
             0
         };
         let since = since.max(0);
-        if known_start == 0 || server_started > known_start + RESTART_SLACK_S {
-            if known_start > 0 {
-                let n = self.recover_records(since, started).await?;
-                tracing::warn!(
-                    recovered_sessions = n,
-                    "ClickHouse restarted since the last refresh step: views with events written since then are derived again"
-                );
-            }
+        let restarted = known_start > 0 && server_started > known_start + RESTART_SLACK_S;
+        if restarted {
+            let n = self.recover_records(since, started).await?;
+            tracing::warn!(
+                recovered_sessions = n,
+                "ClickHouse restarted since the last refresh step: views with events written since then are derived again"
+            );
+        }
+        if restarted || known_start == 0 {
             self.write_state(SERVER_STARTED, server_started).await?;
         }
         // Records per second of `written_at` over the window: one 4-byte column, so cheap
@@ -931,19 +919,22 @@ impl ChStore {
         if sessions.is_empty() {
             return Ok(0);
         }
+        // No context and an unknown user agent: a bare record's `dims`, which depend on
+        // nothing else of the record.
+        let bare_dims = ingest::BatchRecord::bare("".into(), "".into(), 0).dims_json();
         let mut insert = self
             .client
-            .insert::<RecoveryInsert<'_>>("view_batches")
+            .insert::<RecordRow<'_>>("view_batches")
             .await
             .map_err(map_err)?;
         for r in &sessions {
             insert
-                .write(&RecoveryInsert {
+                .write(&RecordRow {
                     owner: &r.owner,
                     session_id: &r.session_id,
                     first_ts: r.first_ts,
                     seq: u64::MAX,
-                    dims: BARE_DIMS,
+                    dims: &bare_dims,
                 })
                 .await
                 .map_err(map_err)?;

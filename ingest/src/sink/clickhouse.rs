@@ -162,14 +162,15 @@ struct InsertRow<'a> {
     ver: u64,
 }
 
-/// Insert form of a batch record (`written_at` is the server's `now()`).
+/// Insert form of a `view_batches` row (`written_at` is the server's `now()`): the sink's
+/// batch records, and the records analytics' refresher writes after a server restart.
 #[derive(Row, Serialize)]
-struct BatchInsertRow<'a> {
-    owner: &'a str,
-    session_id: &'a str,
-    first_ts: i64,
-    seq: u64,
-    dims: &'a str,
+pub struct RecordRow<'a> {
+    pub owner: &'a str,
+    pub session_id: &'a str,
+    pub first_ts: i64,
+    pub seq: u64,
+    pub dims: &'a str,
 }
 
 #[derive(Row, Deserialize)]
@@ -424,7 +425,7 @@ impl EventSink for ClickHouseSink {
         if !batches.is_empty() {
             let mut insert = self
                 .client
-                .insert::<BatchInsertRow<'_>>(BATCHES_BUFFER)
+                .insert::<RecordRow<'_>>(BATCHES_BUFFER)
                 .await
                 .map_err(map_err)?
                 .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
@@ -433,7 +434,7 @@ impl EventSink for ClickHouseSink {
             for (i, b) in batches.iter().enumerate() {
                 let dims = b.dims_json();
                 insert
-                    .write(&BatchInsertRow {
+                    .write(&RecordRow {
                         owner: &b.owner,
                         session_id: &b.session_id,
                         first_ts: b.first_ts_ms,
@@ -537,7 +538,7 @@ mod tests {
     #[test]
     fn batch_insert_columns_match_table() {
         assert_eq!(
-            <BatchInsertRow<'_> as Row>::COLUMN_NAMES,
+            <RecordRow<'_> as Row>::COLUMN_NAMES,
             &["owner", "session_id", "first_ts", "seq", "dims"]
         );
     }

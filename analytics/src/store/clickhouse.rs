@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use clickhouse::query::Query;
 use clickhouse::{Client, Row};
 use ingest::sink::clickhouse::RecordRow;
 use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
@@ -439,29 +438,6 @@ const RESTART_SLACK_S: i64 = 5;
 /// [`ChStore::recover_records`]' window (one step's margin is added on the early side).
 const RECOVERY_SKEW_S: i64 = 60;
 
-/// The records a refresh step reads (`view_batches`): `condition` with `since` and `from`
-/// bound (the two `?`).
-struct Window {
-    condition: String,
-    since: i64,
-    from: i64,
-}
-
-/// The sessions of one owner a refresh read covers.
-#[derive(Clone, Copy)]
-enum SessionSet<'a> {
-    /// These, inlined as one array literal: a `(?, ?, …)` list is one syntax node per
-    /// session, and ClickHouse refuses a query of over 50,000 nodes; the set still
-    /// narrows the primary-key range.
-    Listed(&'a [&'a str]),
-    /// The sessions from `first` to `last` with a record in `window`, as a subquery.
-    Window {
-        window: &'a Window,
-        first: &'a str,
-        last: &'a str,
-    },
-}
-
 #[derive(Row, Deserialize)]
 struct ClockRow {
     now: i64,
@@ -836,11 +812,7 @@ impl ChStore {
             }
             None => ("written_at >= toDateTime(?)".to_owned(), false),
         };
-        let window = Window {
-            condition: format!("written_at >= toDateTime(?) AND {filter}"),
-            since,
-            from: if previous.is_some() { watermark } else { since },
-        };
+        let from = if previous.is_some() { watermark } else { since };
         // In session order: each chunk's events and records are then a narrow range of
         // `telemetry_events` and `view_batches` (both sorted by session).
         let keys = self
@@ -848,14 +820,14 @@ impl ChStore {
             .query(&format!(
                 "SELECT owner, session_id, toUInt64(countIf(written_at >= toDateTime(?))) AS ahead, \
                  toUInt64(countIf(written_at >= toDateTime(?))) AS next_ahead, \
-                 toUInt64(count()) AS n FROM view_batches WHERE {} \
-                 GROUP BY owner, session_id ORDER BY owner, session_id",
-                window.condition
+                 toUInt64(count()) AS n FROM view_batches \
+                 WHERE written_at >= toDateTime(?) AND {filter} \
+                 GROUP BY owner, session_id ORDER BY owner, session_id"
             ))
             .bind(watermark)
             .bind(started)
-            .bind(window.since)
-            .bind(window.from)
+            .bind(since)
+            .bind(from)
             .fetch_all::<WindowCount>()
             .await
             .map_err(map_err)?;
@@ -886,7 +858,7 @@ impl ChStore {
         let skip_unchanged = previous.is_none();
         for (owner, sessions) in &by_owner {
             for chunk in sessions.chunks(cfg.chunk.max(1)) {
-                self.refresh_chunk(owner, chunk, &window, skip_unchanged, &mut stats)
+                self.refresh_chunk(owner, chunk, skip_unchanged, &mut stats)
                     .await?;
             }
         }
@@ -971,63 +943,47 @@ impl ChStore {
         Ok(sessions.len())
     }
 
-    /// `select` (a `SELECT … FROM table`) restricted to `owner`'s sessions of `set`, then
-    /// `rest` (`GROUP BY`, `ORDER BY`, further conditions starting with `AND`).
-    fn session_read(&self, select: &str, owner: &str, set: SessionSet<'_>, rest: &str) -> Query {
-        match set {
-            SessionSet::Listed(sessions) => {
-                // Inlined, each byte is escaped at most once more, plus quotes and a comma;
-                // the default `max_query_size` (256 KiB) would refuse a few thousand sessions.
-                let inlined: usize = sessions.iter().map(|s| 2 * s.len() + 3).sum();
-                let sql = format!(
-                    "{select} WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) {rest}"
-                );
-                let size = (sql.len() + 2 * owner.len() + inlined + 4096).max(262_144);
-                self.client
-                    .query(&sql)
-                    .bind(owner)
-                    .bind(sessions)
-                    .with_setting("max_query_size", size.to_string())
-            }
-            SessionSet::Window {
-                window,
-                first,
-                last,
-            } => self
-                .client
-                .query(&format!(
-                    "{select} WHERE owner = ? AND session_id >= ? AND session_id <= ? \
-                     AND session_id IN (SELECT session_id FROM view_batches WHERE owner = ? \
-                     AND session_id >= ? AND session_id <= ? AND {}) {rest}",
-                    window.condition
-                ))
-                .bind(owner)
-                .bind(first)
-                .bind(last)
-                .bind(owner)
-                .bind(first)
-                .bind(last)
-                .bind(window.since)
-                .bind(window.from),
-        }
+    /// `sql` with its owner and its set of sessions bound (the first two `?`). The set is
+    /// one array literal: a `(?, ?, …)` list is one syntax node per session, and ClickHouse
+    /// refuses a query of over 50,000 nodes; the set still narrows the primary-key range.
+    fn session_set_query<S: AsRef<str> + serde::Serialize>(
+        &self,
+        sql: &str,
+        owner: &str,
+        sessions: &[S],
+    ) -> clickhouse::query::Query {
+        // Inlined, each byte is escaped at most once more, plus quotes and a comma; the
+        // default `max_query_size` (256 KiB) would refuse a few thousand sessions.
+        let inlined: usize = sessions.iter().map(|s| 2 * s.as_ref().len() + 3).sum();
+        self.client
+            .query(sql)
+            .bind(owner)
+            .bind(sessions)
+            .with_setting(
+                "max_query_size",
+                (sql.len() + 2 * owner.len() + inlined + 4096)
+                    .max(262_144)
+                    .to_string(),
+            )
     }
 
     /// The stored views of `sessions` started between `first_day` and `last_day`: the
     /// highest record count each was derived from, and the days it is stored under.
-    async fn stored_views(
+    async fn stored_views<S: AsRef<str> + serde::Serialize>(
         &self,
         owner: &str,
-        sessions: SessionSet<'_>,
+        sessions: &[S],
         (first_day, last_day): (i64, i64),
     ) -> Result<(HashMap<String, u64>, HashMap<String, Vec<i64>>), AnalyticsError> {
         let mut counts: HashMap<String, u64> = HashMap::new();
         let mut days: HashMap<String, Vec<i64>> = HashMap::new();
         for r in self
-            .session_read(
-                "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL",
+            .session_set_query(
+                "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) \
+                 AND started_day >= ? AND started_day <= ? AND deleted = 0",
                 owner,
                 sessions,
-                "AND started_day >= ? AND started_day <= ? AND deleted = 0",
             )
             .bind(first_day)
             .bind(last_day)
@@ -1044,50 +1000,35 @@ impl ChStore {
         Ok((counts, days))
     }
 
-    /// Derives and upserts the views of `sessions` (sorted, each with a record in
-    /// `window`). With `skip_unchanged`, views whose stored record count equals their
-    /// records' are left alone (after a restart, when every session of the window is a
-    /// candidate).
+    /// Derives and upserts the views of `sessions`. With `skip_unchanged`, views whose
+    /// stored record count equals their records' are left alone (after a restart, when
+    /// every session of the window is a candidate).
     async fn refresh_chunk(
         &self,
         owner: &str,
         sessions: &[String],
-        window: &Window,
         skip_unchanged: bool,
         stats: &mut RefreshStats,
     ) -> Result<(), AnalyticsError> {
-        let (Some(first), Some(last)) = (sessions.first(), sessions.last()) else {
-            return Ok(());
-        };
-        // The chunk's sessions as the window's sessions in its range: a superset (it also
-        // holds sessions skipped as unchanged), so the rows of other sessions are dropped
-        // below. Cheaper than the list itself: ClickHouse 18.16 parses an array literal
-        // at ~2 µs per session (0.23 s for 120,000), more than the whole subquery costs.
-        let all = SessionSet::Window {
-            window,
-            first,
-            last,
-        };
-        let member = |s: &str| sessions.binary_search_by(|x| x.as_str().cmp(s)).is_ok();
         // A session's records nearly always carry the same dims: one row per distinct
         // dims, at its earliest (first_ts, seq), resolves the same dimensions as every
         // record would (each field is the first non-empty one in that order, analytics.md
         // §2) and saves sending and parsing the copies.
         let batches = self
-            .session_read(
+            .session_set_query(
                 "SELECT session_id, dims, toInt64(min(first_ts)) AS first_at, \
                  toInt64(max(first_ts)) AS last_at, argMin(seq, tuple(first_ts, seq)) AS first_seq, \
-                 toUInt64(count()) AS records FROM view_batches",
+                 toUInt64(count()) AS records FROM view_batches \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) GROUP BY session_id, dims",
                 owner,
-                all,
-                "GROUP BY session_id, dims",
+                sessions,
             )
             .fetch_all::<BatchGroupRow>()
             .await
             .map_err(map_err)?;
         let mut records: HashMap<String, Records> = HashMap::new();
         let (mut first_ts, mut last_ts) = (i64::MAX, i64::MIN);
-        for b in batches.into_iter().filter(|b| member(&b.session_id)) {
+        for b in batches {
             first_ts = first_ts.min(b.first_at);
             last_ts = last_ts.max(b.last_at);
             let r = records.entry(b.session_id).or_default();
@@ -1105,7 +1046,7 @@ impl ChStore {
             (day_of(first_ts), day_of(last_ts))
         };
         let (stored, mut stored_days) = if skip_unchanged {
-            self.stored_views(owner, all, day_range).await?
+            self.stored_views(owner, sessions, day_range).await?
         } else {
             Default::default()
         };
@@ -1123,32 +1064,22 @@ impl ChStore {
         if changed.is_empty() {
             return Ok(());
         }
-        // Every session of the chunk (the steady state), or the few changed ones of a
-        // first step, listed.
-        let read = if changed.len() == sessions.len() {
-            all
-        } else {
-            SessionSet::Listed(&changed)
-        };
         // Streamed in session order and derived one session at a time: a step's events
         // can be millions of rows (long sessions), which one `fetch_all` held at once
         // (1.1 GiB of server RSS under `bench/ingest.sh`, docs/benchmarks.md).
         let mut cursor = self
-            .session_read(
+            .session_set_query(
                 "SELECT session_id, ts, type, if(type IN ('playback_start', 'quality_change', \
-                 'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events",
+                 'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events \
+                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) ORDER BY session_id",
                 owner,
-                read,
-                "ORDER BY session_id",
+                &changed,
             )
             .fetch::<RawEventRow>()
             .map_err(map_err)?;
         let now_ms = now_ms();
         let mut rows = Vec::with_capacity(changed.len());
         let mut derive = |session: &str, evs: &mut Vec<(i64, EventType, u64, String)>| {
-            if changed.binary_search(&session).is_err() {
-                return;
-            }
             // The row with the highest `ver` of a key is the first stored (what FINAL
             // keeps): order by key, then `ver` descending, and keep the first.
             evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
@@ -1194,10 +1125,7 @@ impl ChStore {
             .map(|r| r.session_id.as_str())
             .collect();
         if !skip_unchanged && !long.is_empty() {
-            stored_days = self
-                .stored_views(owner, SessionSet::Listed(&long), day_range)
-                .await?
-                .1;
+            stored_days = self.stored_views(owner, &long, day_range).await?.1;
         }
         let mut tombstones = Vec::new();
         for r in &rows {

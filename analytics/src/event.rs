@@ -2,7 +2,8 @@
 //! analytics.md §2 needs, parsed tolerantly from a stored payload's JSON text.
 
 use ingest::{EndReason, EventType, StoredEvent};
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 /// One telemetry event as view derivation sees it.
 ///
@@ -92,26 +93,32 @@ impl Event {
             // No rule reads these types' payloads: skip the JSON parse.
             return ev;
         }
-        let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(payload) else {
+        // Only the fields a rule reads, each kept as its raw JSON text and read on its own:
+        // the refresher parses every such payload of a step, and a whole `Value` tree
+        // (a map of owned keys per payload) was most of that cost.
+        let Ok(f) = serde_json::from_str::<PayloadFields<'_>>(payload) else {
             return ev;
         };
-        let num = |k: &str| obj.get(k).and_then(Value::as_f64).filter(|v| v.is_finite());
-        let text = |k: &str| obj.get(k).and_then(Value::as_str);
+        fn read<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
+            raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        }
+        let num = |raw| read::<f64>(raw).filter(|v| v.is_finite());
+        let text = |raw| read::<String>(raw);
         match event_type {
             EventType::PlaybackStart => {
-                ev.startup_ms = num("startupMs");
-                ev.content_id = text("contentId").map(str::to_owned);
+                ev.startup_ms = num(f.startup_ms);
+                ev.content_id = text(f.content_id);
             }
             EventType::QualityChange => {
-                ev.switch = text("from").is_some_and(|f| !f.is_empty());
-                ev.bitrate = num("bitrate");
+                ev.switch = text(f.from).is_some_and(|from| !from.is_empty());
+                ev.bitrate = num(f.bitrate);
             }
             EventType::Error => {
-                ev.fatal = obj.get("fatal").and_then(Value::as_bool).unwrap_or(false);
-                ev.code = text("code").map(str::to_owned);
+                ev.fatal = read::<bool>(f.fatal).unwrap_or(false);
+                ev.code = text(f.code);
             }
             EventType::SessionEnd => {
-                ev.reason = text("reason").and_then(EndReason::from_wire);
+                ev.reason = text(f.reason).and_then(|r| EndReason::from_wire(&r));
             }
             EventType::PlaybackPause
             | EventType::PlaybackResume
@@ -130,6 +137,26 @@ impl Event {
     pub fn order_key(&self) -> (i64, usize) {
         (self.ts_ms, self.event_type.index())
     }
+}
+
+/// The payload fields some rule of analytics.md §2 reads, unparsed; every other field is
+/// skipped. A payload that is not a JSON object fails as a whole (no field set).
+#[derive(Deserialize)]
+struct PayloadFields<'a> {
+    #[serde(rename = "startupMs", borrow, default)]
+    startup_ms: Option<&'a RawValue>,
+    #[serde(rename = "contentId", borrow, default)]
+    content_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    from: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    bitrate: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    fatal: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    code: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    reason: Option<&'a RawValue>,
 }
 
 /// True for the event types whose payload a rule of analytics.md §2 reads
@@ -230,6 +257,20 @@ mod tests {
         let e = Event::parse(7, EventType::Error, r#"{"fatal":"true","code":5}"#);
         assert!(!e.fatal);
         assert_eq!(e.code, None);
+        // null, nested values among the skipped fields, escapes in a kept string.
+        let e = Event::parse(
+            7,
+            EventType::Error,
+            r#"{"detail":{"a":[1,{"b":null}]},"fatal":null,"code":"E\"1\u00e9"}"#,
+        );
+        assert!(!e.fatal);
+        assert_eq!(e.code.as_deref(), Some("E\"1é"));
+        let e = Event::parse(
+            7,
+            EventType::QualityChange,
+            r#"{"from":null,"bitrate":null}"#,
+        );
+        assert_eq!(e, Event::new(7, EventType::QualityChange));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use clickhouse::insert::Insert;
 use clickhouse::{Client, Row};
 use ingest::sink::clickhouse::RecordRow;
 use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
@@ -1045,7 +1046,7 @@ impl ChStore {
         } else {
             (day_of(first_ts), day_of(last_ts))
         };
-        let (stored, mut stored_days) = if skip_unchanged {
+        let (stored, stored_days) = if skip_unchanged {
             self.stored_views(owner, sessions, day_range).await?
         } else {
             Default::default()
@@ -1077,82 +1078,163 @@ impl ChStore {
             )
             .fetch::<RawEventRow>()
             .map_err(map_err)?;
+        // Derived views go out in batches as they are derived, into one insert: holding a
+        // chunk's rows (100,000 views) cost more in fresh pages than deriving them.
         let now_ms = now_ms();
-        let mut rows = Vec::with_capacity(changed.len());
-        let mut derive = |session: &str, evs: &mut Vec<(i64, EventType, u64, String)>| {
-            // The row with the highest `ver` of a key is the first stored (what FINAL
-            // keeps): order by key, then `ver` descending, and keep the first.
-            evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
-            evs.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
-            let parsed: Vec<Event> = evs
-                .iter()
-                .map(|(ts, t, _, p)| {
-                    if needs_payload(*t) {
-                        Event::parse(*ts, *t, p)
-                    } else {
-                        Event::new(*ts, *t)
-                    }
-                })
-                .collect();
-            let (count, dims) = records
-                .get(session)
-                .map_or((0, &[][..]), |r| (r.count, r.dims.as_slice()));
-            if let Some(view) = View::derive(session, &parsed, dims) {
-                rows.push(ViewRow::new(
-                    owner,
-                    &view,
-                    count,
-                    parsed.len() as u64,
-                    now_ms,
-                ));
-            }
-        };
+        let mut derived: Vec<ViewRow> = Vec::with_capacity(WRITE_BATCH);
+        let mut long = Vec::new();
+        let mut insert = None;
+        let mut parsed = Vec::new();
         let mut runs = SessionRuns::new();
         while let Some(r) = cursor.next().await.map_err(map_err)? {
             let event = EventType::from_wire(&r.event_type).map(|t| (r.ts, t, r.ver, r.payload));
-            runs.push(&r.session_id, event, &mut derive);
-        }
-        runs.finish(&mut derive);
-        stats.derived += rows.len();
-        stats.events += rows.iter().map(|r| r.event_rows as usize).sum::<usize>();
-        // Tombstones under every other day a derivation from less data may have put the
-        // view: such a derivation saw a subset of the events, so it started in
-        // [started_at, ended_at]; plus any day a stored row of it was read under. Only a
-        // view spanning more days than get a tombstone needs the stored rows' days.
-        let long: Vec<&str> = rows
-            .iter()
-            .filter(|r| day_of(r.ended_at) - day_of(r.started_at) > MAX_TOMBSTONE_DAYS)
-            .map(|r| r.session_id.as_str())
-            .collect();
-        if !skip_unchanged && !long.is_empty() {
-            stored_days = self.stored_views(owner, &long, day_range).await?.1;
-        }
-        let mut tombstones = Vec::new();
-        for r in &rows {
-            let day = day_of(r.started_at);
-            let last = day_of(r.ended_at).min(day + MAX_TOMBSTONE_DAYS);
-            let mut days: Vec<i64> = (day + 1..=last).collect();
-            for d in stored_days.get(&r.session_id).into_iter().flatten() {
-                if *d != day && !days.contains(d) {
-                    days.push(*d);
-                }
+            runs.push(&r.session_id, event, &mut |session, evs| {
+                derived.extend(derive_row(
+                    owner,
+                    session,
+                    evs,
+                    &records,
+                    now_ms,
+                    &mut parsed,
+                ));
+            });
+            if derived.len() >= WRITE_BATCH {
+                self.write_views(&mut insert, &mut derived, &mut long, &stored_days, stats)
+                    .await?;
             }
-            tombstones.extend(days.into_iter().map(|d| r.tombstone(d)));
         }
-        rows.extend(tombstones);
-        if rows.is_empty() {
-            return Ok(());
+        runs.finish(&mut |session, evs| {
+            derived.extend(derive_row(
+                owner,
+                session,
+                evs,
+                &records,
+                now_ms,
+                &mut parsed,
+            ));
+        });
+        self.write_views(&mut insert, &mut derived, &mut long, &stored_days, stats)
+            .await?;
+        // Views spanning more days than get a tombstone also need the days their stored
+        // rows are under (read already on a first step).
+        if !long.is_empty() {
+            let sessions: Vec<&str> = long
+                .iter()
+                .map(|r: &ViewRow| r.session_id.as_str())
+                .collect();
+            let read = if skip_unchanged {
+                None
+            } else {
+                Some(self.stored_views(owner, &sessions, day_range).await?.1)
+            };
+            let days = read.as_ref().unwrap_or(&stored_days);
+            let mut rows = Vec::new();
+            for r in long {
+                rows.extend(tombstones(&r, days));
+                rows.push(r);
+            }
+            let insert = self.views_insert(&mut insert).await?;
+            for r in &rows {
+                insert.write(r).await.map_err(map_err)?;
+            }
         }
-        let mut insert = self
-            .client
-            .insert::<ViewRow>("qoe_views")
-            .await
-            .map_err(map_err)?;
-        for r in &rows {
-            insert.write(r).await.map_err(map_err)?;
+        match insert {
+            Some(insert) => insert.end().await.map_err(map_err),
+            None => Ok(()),
         }
-        insert.end().await.map_err(map_err)
     }
+
+    /// Writes `derived` (emptied) with their tombstones to `out`; views spanning more
+    /// days than get a tombstone go to `long` instead (see [`tombstones`]).
+    async fn write_views(
+        &self,
+        insert: &mut Option<Insert<ViewRow>>,
+        derived: &mut Vec<ViewRow>,
+        long: &mut Vec<ViewRow>,
+        stored_days: &HashMap<String, Vec<i64>>,
+        stats: &mut RefreshStats,
+    ) -> Result<(), AnalyticsError> {
+        stats.derived += derived.len();
+        stats.events += derived.iter().map(|r| r.event_rows as usize).sum::<usize>();
+        for r in derived.drain(..) {
+            if day_of(r.ended_at) - day_of(r.started_at) > MAX_TOMBSTONE_DAYS {
+                long.push(r);
+                continue;
+            }
+            let insert = self.views_insert(insert).await?;
+            for t in tombstones(&r, stored_days) {
+                insert.write(&t).await.map_err(map_err)?;
+            }
+            insert.write(&r).await.map_err(map_err)?;
+        }
+        Ok(())
+    }
+
+    /// The `qoe_views` insert of a chunk, opened at its first row.
+    async fn views_insert<'a>(
+        &self,
+        insert: &'a mut Option<Insert<ViewRow>>,
+    ) -> Result<&'a mut Insert<ViewRow>, AnalyticsError> {
+        if insert.is_none() {
+            *insert = Some(self.client.insert("qoe_views").await.map_err(map_err)?);
+        }
+        Ok(insert.as_mut().expect("opened above"))
+    }
+}
+
+/// Derived views written per batch while a chunk's events stream in.
+const WRITE_BATCH: usize = 4096;
+
+/// Derives one session's view from its event rows (any order, duplicates included) and
+/// its records; `parsed` is a buffer reused across sessions.
+fn derive_row(
+    owner: &str,
+    session: &str,
+    evs: &mut Vec<(i64, EventType, u64, String)>,
+    records: &HashMap<String, Records>,
+    now_ms: i64,
+    parsed: &mut Vec<Event>,
+) -> Option<ViewRow> {
+    // The row with the highest `ver` of a key is the first stored (what FINAL keeps):
+    // order by key, then `ver` descending, and keep the first.
+    evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
+    evs.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
+    parsed.clear();
+    parsed.extend(evs.iter().map(|(ts, t, _, p)| {
+        if needs_payload(*t) {
+            Event::parse(*ts, *t, p)
+        } else {
+            Event::new(*ts, *t)
+        }
+    }));
+    let (count, dims) = records
+        .get(session)
+        .map_or((0, &[][..]), |r| (r.count, r.dims.as_slice()));
+    let view = View::derive(session, parsed, dims)?;
+    Some(ViewRow::new(
+        owner,
+        &view,
+        count,
+        parsed.len() as u64,
+        now_ms,
+    ))
+}
+
+/// Tombstones of `r` under every other day a derivation from less data may have put the
+/// view: such a derivation saw a subset of the events, so it started in
+/// [started_at, ended_at] (up to [`MAX_TOMBSTONE_DAYS`] after its start); plus any day a
+/// stored row of it was read under (`stored_days`, which a view spanning more days must
+/// have read).
+fn tombstones(r: &ViewRow, stored_days: &HashMap<String, Vec<i64>>) -> Vec<ViewRow> {
+    let day = day_of(r.started_at);
+    let last = day_of(r.ended_at).min(day + MAX_TOMBSTONE_DAYS);
+    let mut days: Vec<i64> = (day + 1..=last).collect();
+    for d in stored_days.get(&r.session_id).into_iter().flatten() {
+        if *d != day && !days.contains(d) {
+            days.push(*d);
+        }
+    }
+    days.into_iter().map(|d| r.tombstone(d)).collect()
 }
 
 fn now_ms() -> i64 {

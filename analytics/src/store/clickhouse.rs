@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
 use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection, SessionRuns};
 use crate::dims::{BatchDims, Dims, UserAgent};
-use crate::event::{needs_payload, Event};
+use crate::event::Event;
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
 use crate::refresh::{RecentRecords, RefreshConfig, RefreshState, RefreshStats};
@@ -408,12 +408,14 @@ struct StoredCount {
     started_at: i64,
 }
 
+/// An event row of the refresher's read, borrowed from the cursor's buffer: a step reads
+/// millions, and three owned strings per row were a large part of its cost.
 #[derive(Row, Deserialize)]
-struct RawEventRow {
-    session_id: String,
+struct RawEventRow<'a> {
+    session_id: &'a str,
     ts: i64,
-    event_type: String,
-    payload: String,
+    event_type: &'a str,
+    payload: &'a str,
     ver: u64,
 }
 
@@ -1076,7 +1078,7 @@ impl ChStore {
                 owner,
                 &changed,
             )
-            .fetch::<RawEventRow>()
+            .fetch::<RawEventRow<'_>>()
             .map_err(map_err)?;
         // Derived views go out in batches as they are derived, into one insert: holding a
         // chunk's rows (100,000 views) cost more in fresh pages than deriving them.
@@ -1087,8 +1089,10 @@ impl ChStore {
         let mut parsed = Vec::new();
         let mut runs = SessionRuns::new();
         while let Some(r) = cursor.next().await.map_err(map_err)? {
-            let event = EventType::from_wire(&r.event_type).map(|t| (r.ts, t, r.ver, r.payload));
-            runs.push(&r.session_id, event, &mut |session, evs| {
+            // Parsed as read (payloads are blank but for the types a rule reads).
+            let event = EventType::from_wire(r.event_type)
+                .map(|t| (Event::parse(r.ts, t, r.payload), r.ver));
+            runs.push(r.session_id, event, &mut |session, evs| {
                 derived.extend(derive_row(
                     owner,
                     session,
@@ -1185,28 +1189,22 @@ impl ChStore {
 /// Derived views written per batch while a chunk's events stream in.
 const WRITE_BATCH: usize = 4096;
 
-/// Derives one session's view from its event rows (any order, duplicates included) and
-/// its records; `parsed` is a buffer reused across sessions.
+/// Derives one session's view from its events with their `ver` (any order, duplicates
+/// included) and its records; `parsed` is a buffer reused across sessions.
 fn derive_row(
     owner: &str,
     session: &str,
-    evs: &mut Vec<(i64, EventType, u64, String)>,
+    evs: &mut Vec<(Event, u64)>,
     records: &HashMap<String, Records>,
     now_ms: i64,
     parsed: &mut Vec<Event>,
 ) -> Option<ViewRow> {
     // The row with the highest `ver` of a key is the first stored (what FINAL keeps):
     // order by key, then `ver` descending, and keep the first.
-    evs.sort_by(|a, b| (a.0, a.1.index(), b.2).cmp(&(b.0, b.1.index(), a.2)));
-    evs.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
+    evs.sort_by(|(a, av), (b, bv)| (a.order_key(), bv).cmp(&(b.order_key(), av)));
+    evs.dedup_by(|(b, _), (a, _)| a.order_key() == b.order_key());
     parsed.clear();
-    parsed.extend(evs.iter().map(|(ts, t, _, p)| {
-        if needs_payload(*t) {
-            Event::parse(*ts, *t, p)
-        } else {
-            Event::new(*ts, *t)
-        }
-    }));
+    parsed.extend(evs.drain(..).map(|(e, _)| e));
     let (count, dims) = records
         .get(session)
         .map_or((0, &[][..]), |r| (r.count, r.dims.as_slice()));

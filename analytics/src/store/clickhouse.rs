@@ -1148,7 +1148,7 @@ impl ChStore {
         }
     }
 
-    /// Writes `derived` (emptied) with their tombstones to `out`; views spanning more
+    /// Writes `derived` (emptied) with their tombstones to `insert`; views spanning more
     /// days than get a tombstone go to `long` instead (see [`tombstones`]).
     async fn write_views(
         &self,

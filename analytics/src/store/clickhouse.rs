@@ -91,11 +91,13 @@ struct ViewRow {
 const MAX_TOMBSTONE_DAYS: i64 = 366;
 
 impl ViewRow {
-    fn new(owner: &str, v: &View, batch_rows: u64, event_rows: u64, now_ms: i64) -> Self {
-        let d = &v.dims;
+    /// The row of `v` (moved: a step builds one per derived view).
+    fn new(owner: &str, v: View, batch_rows: u64, event_rows: u64, now_ms: i64) -> Self {
+        let d = v.dims;
+        let (tag_keys, tag_values) = d.tags.into_iter().unzip();
         ViewRow {
             owner: owner.to_owned(),
-            session_id: v.session_id.clone(),
+            session_id: v.session_id,
             started_at: v.started_at,
             ended_at: v.ended_at,
             started: u8::from(v.started),
@@ -115,16 +117,16 @@ impl ViewRow {
             upshifts: v.upshifts,
             downshifts: v.downshifts,
             error_count: v.error_count,
-            fatal_error_code: v.fatal_error_code.clone(),
-            content_id: d.content_id.clone(),
-            src: d.src.clone(),
-            sdk: d.sdk.clone(),
-            player: d.player.clone(),
-            browser: d.user_agent.browser.clone(),
-            os: d.user_agent.os.clone(),
-            device_type: d.user_agent.device_type.clone(),
-            tag_keys: d.tags.keys().cloned().collect(),
-            tag_values: d.tags.values().cloned().collect(),
+            fatal_error_code: v.fatal_error_code,
+            content_id: d.content_id,
+            src: d.src,
+            sdk: d.sdk,
+            player: d.player,
+            browser: d.user_agent.browser,
+            os: d.user_agent.os,
+            device_type: d.user_agent.device_type,
+            tag_keys,
+            tag_values,
             batch_rows,
             event_rows,
             version: view_version(batch_rows, event_rows),
@@ -1211,7 +1213,7 @@ fn derive_row(
     let view = View::derive(session, parsed, dims)?;
     Some(ViewRow::new(
         owner,
-        &view,
+        view,
         count,
         parsed.len() as u64,
         now_ms,

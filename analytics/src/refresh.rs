@@ -27,9 +27,9 @@
 //!   again from their events.
 //!
 //! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
-//! upserts, so a restart re-derives whatever the interrupted step had not finished. (On
-//! ClickHouse a step writes its derived views while their events still stream in, so an
-//! interrupted step may have upserted some: each is a whole derivation, and the next step
+//! upserts, so a restart re-derives whatever the interrupted step had not finished. (A step
+//! writes its derived views in batches, on ClickHouse while their events still stream in, so
+//! an interrupted step may have upserted some: each is a whole derivation, and the next step
 //! derives it again.)
 //! Several instances may refresh the same ClickHouse: each upsert carries
 //! `version` = records × 2³² + distinct events of its derivation, and `ReplacingMergeTree`

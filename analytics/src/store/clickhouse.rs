@@ -1084,42 +1084,28 @@ impl ChStore {
             .map_err(map_err)?;
         // Derived views go out in batches as they are derived, into one insert: holding a
         // chunk's rows (100,000 views) cost more in fresh pages than deriving them.
-        let now_ms = now_ms();
-        let mut derived: Vec<ViewRow> = Vec::with_capacity(WRITE_BATCH);
+        let mut d = Deriver {
+            owner,
+            records: &records,
+            now_ms: now_ms(),
+            parsed: Vec::new(),
+            rows: Vec::with_capacity(WRITE_BATCH),
+        };
         let mut long = Vec::new();
         let mut insert = None;
-        let mut parsed = Vec::new();
         let mut runs = SessionRuns::new();
         while let Some(r) = cursor.next().await.map_err(map_err)? {
             // Parsed as read (payloads are blank but for the types a rule reads).
             let event = EventType::from_wire(r.event_type)
                 .map(|t| (Event::parse(r.ts, t, r.payload), r.ver));
-            runs.push(r.session_id, event, &mut |session, evs| {
-                derived.extend(derive_row(
-                    owner,
-                    session,
-                    evs,
-                    &records,
-                    now_ms,
-                    &mut parsed,
-                ));
-            });
-            if derived.len() >= WRITE_BATCH {
-                self.write_views(&mut insert, &mut derived, &mut long, &stored_days, stats)
+            runs.push(r.session_id, event, &mut |s, evs| d.derive(s, evs));
+            if d.rows.len() >= WRITE_BATCH {
+                self.write_views(&mut insert, &mut d.rows, &mut long, &stored_days, stats)
                     .await?;
             }
         }
-        runs.finish(&mut |session, evs| {
-            derived.extend(derive_row(
-                owner,
-                session,
-                evs,
-                &records,
-                now_ms,
-                &mut parsed,
-            ));
-        });
-        self.write_views(&mut insert, &mut derived, &mut long, &stored_days, stats)
+        runs.finish(&mut |s, evs| d.derive(s, evs));
+        self.write_views(&mut insert, &mut d.rows, &mut long, &stored_days, stats)
             .await?;
         // Views spanning more days than get a tombstone also need the days their stored
         // rows are under (read already on a first step).
@@ -1191,33 +1177,37 @@ impl ChStore {
 /// Derived views written per batch while a chunk's events stream in.
 const WRITE_BATCH: usize = 4096;
 
-/// Derives one session's view from its events with their `ver` (any order, duplicates
-/// included) and its records; `parsed` is a buffer reused across sessions.
-fn derive_row(
-    owner: &str,
-    session: &str,
-    evs: &mut Vec<(Event, u64)>,
-    records: &HashMap<String, Records>,
+/// Derives a chunk's views one session at a time into `rows`, which the caller writes
+/// out in batches.
+struct Deriver<'a> {
+    owner: &'a str,
+    records: &'a HashMap<String, Records>,
     now_ms: i64,
-    parsed: &mut Vec<Event>,
-) -> Option<ViewRow> {
-    // The row with the highest `ver` of a key is the first stored (what FINAL keeps):
-    // order by key, then `ver` descending, and keep the first.
-    evs.sort_by(|(a, av), (b, bv)| (a.order_key(), bv).cmp(&(b.order_key(), av)));
-    evs.dedup_by(|(b, _), (a, _)| a.order_key() == b.order_key());
-    parsed.clear();
-    parsed.extend(evs.drain(..).map(|(e, _)| e));
-    let (count, dims) = records
-        .get(session)
-        .map_or((0, &[][..]), |r| (r.count, r.dims.as_slice()));
-    let view = View::derive(session, parsed, dims)?;
-    Some(ViewRow::new(
-        owner,
-        view,
-        count,
-        parsed.len() as u64,
-        now_ms,
-    ))
+    /// A buffer reused across sessions.
+    parsed: Vec<Event>,
+    rows: Vec<ViewRow>,
+}
+
+impl Deriver<'_> {
+    /// Derives `session`'s view from its events with their `ver` (any order, duplicates
+    /// included) and its records.
+    fn derive(&mut self, session: &str, evs: &mut Vec<(Event, u64)>) {
+        // The row with the highest `ver` of a key is the first stored (what FINAL keeps):
+        // order by key, then `ver` descending, and keep the first.
+        evs.sort_by(|(a, av), (b, bv)| (a.order_key(), bv).cmp(&(b.order_key(), av)));
+        evs.dedup_by(|(b, _), (a, _)| a.order_key() == b.order_key());
+        self.parsed.clear();
+        self.parsed.extend(evs.drain(..).map(|(e, _)| e));
+        let (count, dims) = self
+            .records
+            .get(session)
+            .map_or((0, &[][..]), |r| (r.count, r.dims.as_slice()));
+        if let Some(view) = View::derive(session, &self.parsed, dims) {
+            let events = self.parsed.len() as u64;
+            self.rows
+                .push(ViewRow::new(self.owner, view, count, events, self.now_ms));
+        }
+    }
 }
 
 /// Tombstones of `r` under every other day a derivation from less data may have put the

@@ -6,19 +6,15 @@
 # the refresher off (STREAMWATCH_QOE_REFRESH=3600s), a user and an API key, then
 # `loadgen http` (CONNECTIONS=256 connections, BATCH=50-event batches, DURATION=20 s).
 # Prints events/s and the ClickHouse and server CPU per event. Each database is detached,
-# not dropped, after its round: a drop slows ClickHouse's next inserts for minutes here
-# (bench/ingest.sh explains why). Drop them once done: `ATTACH TABLE` each table of a
-# database, then `DROP DATABASE` (18.16 refuses to drop one holding detached tables, and
-# re-attaches them all on its next start).
+# not dropped, after its round (`detach_database` in bench/lib.sh says why, and how to drop
+# them once done).
 # Env: LOADGEN (target/release/loadgen), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090).
 set -euo pipefail
 OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"
 LOADGEN="${LOADGEN:-target/release/loadgen}"
-CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
+source "$(dirname "$0")/lib.sh"
 PORT="${PORT:-18090}"; BASE="http://127.0.0.1:$PORT"
 CH_PID="$(pgrep -o -x clickhouse-serv || pgrep -o clickhouse-server)"
-cpu_of() { awk '{ sub(/.*\) /, ""); print ($12+$13)/100 }' "/proc/$1/stat"; }
-ch_sql() { curl -sf "$CH_URL/" --data-binary "$1" >/dev/null; }
 
 run() {
     local label="$1" server="$2" db="ab_$(date +%s)_$RANDOM" dir
@@ -44,9 +40,7 @@ run() {
     python3 -c "
 import json; d = json.loads('''$out'''); n = d['events_per_s'] * ${DURATION:-20}
 print('$label %d events/s, ClickHouse %.2f us/event, server %.2f us/event' % (d['events_per_s'], ($c1 - $c0) / n * 1e6, ($s1 - $s0) / n * 1e6))"
-    for t in view_batches_buffer telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
-        ch_sql "DETACH TABLE IF EXISTS $db.$t" || true
-    done
+    detach_database "$db"
     rm -rf "$dir"
 }
 

@@ -8,15 +8,13 @@
 # and the CPU seconds per million events of `qoe` (user + system, /usr/bin/time) and of
 # clickhouse-server (utime + stime from /proc/<pid>/stat, read before the run and 5 s
 # after it, so the run's merges count; the server must run on this host and nothing else
-# should use it). Databases are detached after their run (bench/ingest-ab.sh says why and
-# how to drop them). Env: CLICKHOUSE_URL (http://127.0.0.1:8123), CLICKHOUSE_PID_FILE
+# should use it). Databases are detached after their run (`detach_database` in
+# bench/lib.sh says why). Env: CLICKHOUSE_URL (http://127.0.0.1:8123), CLICKHOUSE_PID_FILE
 # (/var/lib/clickhouse/clickhouse-server.pid).
 set -euo pipefail
 BIN="$1"; ROUNDS="${2:-1}"
-CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
+source "$(dirname "$0")/lib.sh"
 CH_PID="$(cat "${CLICKHOUSE_PID_FILE:-/var/lib/clickhouse/clickhouse-server.pid}")"
-TICK="$(getconf CLK_TCK)"
-ch_cpu() { awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$CH_PID/stat"; }
 per_mev() { awk -v s="$1" -v n="$2" 'BEGIN {printf "%.2f", s * 1e6 / n}'; }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -24,11 +22,11 @@ for r in $(seq 1 "$ROUNDS"); do
         flags=(); [ "$run" = with ] && flags=(--rollups)
         db="cpu_${r}_${run}_$(date +%s)"
         sleep 10 # let the previous run's merges settle
-        before="$(ch_cpu)"
+        before="$(cpu_of "$CH_PID")"
         out="$(/usr/bin/time -f 'TIME %U %S %M' "$BIN" ingest --engine clickhouse \
             --clickhouse-url "$CH_URL" --database "$db" --duration 60 "${flags[@]}" 2>&1)"
         sleep 5
-        after="$(ch_cpu)"
+        after="$(cpu_of "$CH_PID")"
         events="$(echo "$out" | grep -o 'ingest: [0-9]* events' | awk '{print $2}')"
         rate="$(echo "$out" | grep -o '= [0-9]* events/s' | awk '{print $2}')"
         read -r user sys rss_kib <<<"$(echo "$out" | grep '^TIME' | awk '{print $2, $3, $4}')"
@@ -36,8 +34,6 @@ for r in $(seq 1 "$ROUNDS"); do
         ch_s="$(awk -v a="$after" -v b="$before" 'BEGIN {print a - b}')"
         echo "$(date -u +%H:%M) round $r $run: $rate events/s, qoe peak RSS $((rss_kib / 1024)) MiB," \
             "qoe $(per_mev "$qoe_s" "$events") s/M events, clickhouse $(per_mev "$ch_s" "$events") s/M events"
-        for t in view_batches_buffer telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
-            curl -sf "$CH_URL/" --data-binary "DETACH TABLE IF EXISTS $db.$t" >/dev/null || true
-        done
+        detach_database "$db"
     done
 done

@@ -8,19 +8,11 @@
 # is with / without; OLD against NEW under the same load shows what a change did, since a
 # round's own spread on this shared machine is larger than most changes. Prints one line
 # per run (UTC time, load average before it, the run's events/s). Each database is
-# detached, not dropped, after its run (bench/ingest-ab.sh says why and how to drop them).
+# detached, not dropped, after its run (`detach_database` in bench/lib.sh says why).
 # Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
 set -euo pipefail
 OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"
-CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
-ch_sql() { curl -sf "$CH_URL/" --data-binary "$1"; }
-
-detach() {
-    # The Buffer first: detaching it writes its rows to view_batches.
-    for t in view_batches_buffer telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
-        ch_sql "DETACH TABLE IF EXISTS $1.$t" >/dev/null || true
-    done
-}
+source "$(dirname "$0")/lib.sh"
 
 for r in $(seq 1 "$ROUNDS"); do
     for run in without old new; do
@@ -33,6 +25,6 @@ for r in $(seq 1 "$ROUNDS"); do
         out="$("$bin" ingest --engine clickhouse --clickhouse-url "$CH_URL" --database "$db" \
             --duration 60 "${flags[@]}" 2>&1 | grep 'events/s' | tail -1)"
         echo "$(date -u +%H:%M) round $r $run (load $load): $out"
-        detach "$db"
+        detach_database "$db"
     done
 done

@@ -4,6 +4,7 @@
 //! RowBinary without type validation, no function newer than 18.16 (shared/notes).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use clickhouse::insert::Insert;
 use clickhouse::{Client, Row};
@@ -12,7 +13,7 @@ use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
 use serde::{Deserialize, Serialize};
 
 use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection, SessionRuns};
+use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::Event;
 use crate::metrics::Aggregate;
@@ -410,15 +411,20 @@ struct StoredCount {
     started_at: i64,
 }
 
-/// An event row of the refresher's read, borrowed from the cursor's buffer: a step reads
-/// millions, and three owned strings per row were a large part of its cost.
+/// One session's events as the refresher reads them (`groupArray` of (ts, type, payload,
+/// ver), any order), borrowed from the cursor's buffer: a step reads millions of events,
+/// and owned strings per event were a large part of its cost.
 #[derive(Row, Deserialize)]
-struct RawEventRow<'a> {
+struct SessionEventsRow<'a> {
     session_id: &'a str,
-    ts: i64,
-    event_type: &'a str,
-    payload: &'a str,
-    ver: u64,
+    #[serde(borrow)]
+    events: Vec<(i64, &'a str, &'a str, u64)>,
+}
+
+/// A row of [`SessionSet`]'s table.
+#[derive(Row, Serialize)]
+struct SessionIdRow<'a> {
+    session_id: &'a str,
 }
 
 #[derive(Row, Serialize)]
@@ -861,11 +867,15 @@ impl ChStore {
         // After this refresher's own last step every candidate grew, so comparing with the
         // stored views' record counts would skip nothing: that read is left out then.
         let skip_unchanged = previous.is_none();
-        for (owner, sessions) in &by_owner {
-            for chunk in sessions.chunks(cfg.chunk.max(1)) {
-                self.refresh_chunk(owner, chunk, skip_unchanged, &mut stats)
-                    .await?;
+        if !by_owner.is_empty() {
+            let set = SessionSet::open(&self.client).await?;
+            for (owner, sessions) in &by_owner {
+                for chunk in sessions.chunks(cfg.chunk.max(1)) {
+                    self.refresh_chunk(&set, owner, chunk, skip_unchanged, &mut stats)
+                        .await?;
+                }
             }
+            set.close().await;
         }
         self.write_state(WATERMARK, started).await?;
         state.watermark = Some(started);
@@ -948,48 +958,24 @@ impl ChStore {
         Ok(sessions.len())
     }
 
-    /// `sql` with its owner and its set of sessions bound (the first two `?`). The set is
-    /// one array literal: a `(?, ?, …)` list is one syntax node per session, and ClickHouse
-    /// refuses a query of over 50,000 nodes; the set still narrows the primary-key range.
-    fn session_set_query<S: AsRef<str> + serde::Serialize>(
+    /// The stored views of the sessions in `set` started between `first_day` and
+    /// `last_day`: the highest record count each was derived from, and the days it is
+    /// stored under.
+    async fn stored_views(
         &self,
-        sql: &str,
+        set: &SessionSet,
         owner: &str,
-        sessions: &[S],
-    ) -> clickhouse::query::Query {
-        // Inlined, each byte is escaped at most once more, plus quotes and a comma; the
-        // default `max_query_size` (256 KiB) would refuse a few thousand sessions.
-        let inlined: usize = sessions.iter().map(|s| 2 * s.as_ref().len() + 3).sum();
-        self.client
-            .query(sql)
-            .bind(owner)
-            .bind(sessions)
-            .with_setting(
-                "max_query_size",
-                (sql.len() + 2 * owner.len() + inlined + 4096)
-                    .max(262_144)
-                    .to_string(),
-            )
-    }
-
-    /// The stored views of `sessions` started between `first_day` and `last_day`: the
-    /// highest record count each was derived from, and the days it is stored under.
-    async fn stored_views<S: AsRef<str> + serde::Serialize>(
-        &self,
-        owner: &str,
-        sessions: &[S],
         (first_day, last_day): (i64, i64),
     ) -> Result<(HashMap<String, u64>, HashMap<String, Vec<i64>>), AnalyticsError> {
         let mut counts: HashMap<String, u64> = HashMap::new();
         let mut days: HashMap<String, Vec<i64>> = HashMap::new();
-        for r in self
-            .session_set_query(
+        for r in set
+            .query(&format!(
                 "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL \
-                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) \
-                 AND started_day >= ? AND started_day <= ? AND deleted = 0",
-                owner,
-                sessions,
-            )
+                 WHERE owner = ? AND session_id IN {SESSION_SET} \
+                 AND started_day >= ? AND started_day <= ? AND deleted = 0"
+            ))
+            .bind(owner)
             .bind(first_day)
             .bind(last_day)
             .fetch_all::<StoredCount>()
@@ -1010,6 +996,7 @@ impl ChStore {
     /// every session of the window is a candidate).
     async fn refresh_chunk(
         &self,
+        set: &SessionSet,
         owner: &str,
         sessions: &[String],
         skip_unchanged: bool,
@@ -1019,15 +1006,15 @@ impl ChStore {
         // dims, at its earliest (first_ts, seq), resolves the same dimensions as every
         // record would (each field is the first non-empty one in that order, analytics.md
         // §2) and saves sending and parsing the copies.
-        let batches = self
-            .session_set_query(
+        set.load(sessions).await?;
+        let batches = set
+            .query(&format!(
                 "SELECT session_id, dims, toInt64(min(first_ts)) AS first_at, \
                  toInt64(max(first_ts)) AS last_at, argMin(seq, tuple(first_ts, seq)) AS first_seq, \
                  toUInt64(count()) AS records FROM view_batches \
-                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) GROUP BY session_id, dims",
-                owner,
-                sessions,
-            )
+                 WHERE owner = ? AND session_id IN {SESSION_SET} GROUP BY session_id, dims"
+            ))
+            .bind(owner)
             .fetch_all::<BatchGroupRow>()
             .await
             .map_err(map_err)?;
@@ -1051,7 +1038,7 @@ impl ChStore {
             (day_of(first_ts), day_of(last_ts))
         };
         let (stored, stored_days) = if skip_unchanged {
-            self.stored_views(owner, sessions, day_range).await?
+            self.stored_views(set, owner, day_range).await?
         } else {
             Default::default()
         };
@@ -1069,18 +1056,22 @@ impl ChStore {
         if changed.is_empty() {
             return Ok(());
         }
-        // Streamed in session order and derived one session at a time: a step's events
-        // can be millions of rows (long sessions), which one `fetch_all` held at once
-        // (1.1 GiB of server RSS under `bench/ingest.sh`, docs/benchmarks.md).
-        let mut cursor = self
-            .session_set_query(
-                "SELECT session_id, ts, type, if(type IN ('playback_start', 'quality_change', \
-                 'error', 'session_end'), payload, '') AS payload, ver FROM telemetry_events \
-                 WHERE owner = ? AND session_id IN (SELECT arrayJoin(?)) ORDER BY session_id",
-                owner,
-                &changed,
-            )
-            .fetch::<RawEventRow<'_>>()
+        if changed.len() < sessions.len() {
+            set.load(&changed).await?;
+        }
+        // One row per session, its events in any order: derived one session at a time as
+        // they stream in. Grouping costs ClickHouse about half what `ORDER BY session_id`
+        // over the events did (docs/benchmarks.md), and keeps this side's memory to one
+        // session's events (a step can read millions).
+        let mut cursor = set
+            .query(&format!(
+                "SELECT session_id, groupArray((ts, type, if(type IN ('playback_start', \
+                 'quality_change', 'error', 'session_end'), payload, ''), ver)) AS events \
+                 FROM telemetry_events WHERE owner = ? AND session_id IN {SESSION_SET} \
+                 GROUP BY session_id"
+            ))
+            .bind(owner)
+            .fetch::<SessionEventsRow<'_>>()
             .map_err(map_err)?;
         // Derived views go out in batches as they are derived, into one insert: holding a
         // chunk's rows (100,000 views) cost more in fresh pages than deriving them.
@@ -1093,18 +1084,22 @@ impl ChStore {
         };
         let mut long = Vec::new();
         let mut insert = None;
-        let mut runs = SessionRuns::new();
+        let mut events = Vec::new();
         while let Some(r) = cursor.next().await.map_err(map_err)? {
-            // Parsed as read (payloads are blank but for the types a rule reads).
-            let event = EventType::from_wire(r.event_type)
-                .map(|t| (Event::parse(r.ts, t, r.payload), r.ver));
-            runs.push(r.session_id, event, &mut |s, evs| d.derive(s, evs));
+            // Parsed as read (payloads are blank but for the types a rule reads); rows of
+            // an unknown type are left out.
+            events.extend(r.events.iter().filter_map(|&(ts, t, payload, ver)| {
+                EventType::from_wire(t).map(|t| (Event::parse(ts, t, payload), ver))
+            }));
+            if !events.is_empty() {
+                d.derive(r.session_id, &mut events);
+            }
             if d.rows.len() >= WRITE_BATCH {
                 self.write_views(&mut insert, &mut d.rows, &mut long, &stored_days, stats)
                     .await?;
             }
         }
-        runs.finish(&mut |s, evs| d.derive(s, evs));
+        drop(cursor);
         self.write_views(&mut insert, &mut d.rows, &mut long, &stored_days, stats)
             .await?;
         // Views spanning more days than get a tombstone also need the days their stored
@@ -1117,7 +1112,8 @@ impl ChStore {
             let read = if skip_unchanged {
                 None
             } else {
-                Some(self.stored_views(owner, &sessions, day_range).await?.1)
+                set.load(&sessions).await?;
+                Some(self.stored_views(set, owner, day_range).await?.1)
             };
             let days = read.as_ref().unwrap_or(&stored_days);
             let mut rows = Vec::new();
@@ -1176,6 +1172,90 @@ impl ChStore {
 
 /// Derived views written per batch while a chunk's events stream in.
 const WRITE_BATCH: usize = 4096;
+
+/// The temporary table holding the sessions a refresh step reads (see [`SessionSet`]).
+const SESSION_SET: &str = "refresh_sessions";
+
+/// The sessions of the chunk a refresh step reads, as a temporary table of the step's own
+/// ClickHouse session (HTTP `session_id`), which its reads filter on with
+/// `session_id IN refresh_sessions` (still narrowing the primary-key range). Sent in each
+/// query as an array literal instead, a set of 100,000 sessions cost ClickHouse 0.08–0.15 s
+/// of CPU per query to parse and build, twice per chunk (docs/benchmarks.md); loading the
+/// table costs 0.004 s. ClickHouse refuses overlapping requests of one session, so only
+/// the step's reads go through it (its `qoe_views` insert, open while the events stream
+/// in, goes through the shared client); and every request of a step must reach the same
+/// server, which a `CLICKHOUSE_URL` balancing over replicas must ensure by pinning
+/// sessions.
+struct SessionSet {
+    client: Client,
+}
+
+impl SessionSet {
+    /// A new session with an empty table.
+    async fn open(client: &Client) -> Result<Self, AnalyticsError> {
+        static OPENED: AtomicU64 = AtomicU64::new(0);
+        let id = format!(
+            "streamwatch-refresh-{}-{}-{}",
+            std::process::id(),
+            now_ms(),
+            OPENED.fetch_add(1, Ordering::Relaxed)
+        );
+        // The session outlives the gaps between a step's reads (a chunk's insert is
+        // answered in between); a failed step's session ends on its own.
+        let client = client
+            .clone()
+            .with_setting("session_id", id)
+            .with_setting("session_timeout", "300");
+        client
+            .query(&format!(
+                "CREATE TEMPORARY TABLE {SESSION_SET} (session_id String) ENGINE = Memory"
+            ))
+            .execute()
+            .await
+            .map_err(map_err)?;
+        Ok(SessionSet { client })
+    }
+
+    /// Makes `sessions` the set.
+    async fn load<S: AsRef<str>>(&self, sessions: &[S]) -> Result<(), AnalyticsError> {
+        self.client
+            .query(&format!("TRUNCATE TEMPORARY TABLE {SESSION_SET}"))
+            .execute()
+            .await
+            .map_err(map_err)?;
+        let mut insert = self
+            .client
+            .insert::<SessionIdRow<'_>>(SESSION_SET)
+            .await
+            .map_err(map_err)?;
+        for s in sessions {
+            insert
+                .write(&SessionIdRow {
+                    session_id: s.as_ref(),
+                })
+                .await
+                .map_err(map_err)?;
+        }
+        insert.end().await.map_err(map_err)
+    }
+
+    fn query(&self, sql: &str) -> clickhouse::query::Query {
+        self.client.query(sql)
+    }
+
+    /// Ends the session's table now rather than at its timeout (best effort: it goes
+    /// with the session anyway).
+    async fn close(self) {
+        let dropped = self
+            .client
+            .query(&format!("DROP TEMPORARY TABLE IF EXISTS {SESSION_SET}"))
+            .execute()
+            .await;
+        if let Err(e) = dropped {
+            tracing::debug!(error = %e, "dropping the refresh step's session table");
+        }
+    }
+}
 
 /// Derives a chunk's views one session at a time into `rows`, which the caller writes
 /// out in batches.

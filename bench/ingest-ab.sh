@@ -3,8 +3,11 @@
 #
 # Usage: bench/ingest-ab.sh OLD_SERVER NEW_SERVER [rounds (3)]
 # Alternates OLD and NEW, each round: the release server on a fresh ClickHouse database with
-# the refresher off (STREAMWATCH_QOE_REFRESH=3600s), a user and an API key, then
-# `loadgen http` (CONNECTIONS=256 connections, BATCH=50-event batches, DURATION=20 s).
+# the refresher off (STREAMWATCH_QOE_REFRESH=3600s; OLD_REFRESH / NEW_REFRESH set another
+# interval per side, e.g. the same binary twice with NEW_REFRESH=10s for the refresher's
+# cost), a user and an API key, then
+# `loadgen http` (CONNECTIONS=256 connections, BATCH=50-event batches, BATCHES_PER_SESSION=20,
+# DURATION=20 s).
 # Prints events/s and the ClickHouse and server CPU per event. Each database is detached,
 # not dropped, after its round (`detach_database` in bench/lib.sh says why, and how to drop
 # them once done).
@@ -17,10 +20,10 @@ PORT="${PORT:-18090}"; BASE="http://127.0.0.1:$PORT"
 CH_PID="$(pgrep -o -x clickhouse-serv || pgrep -o clickhouse-server)"
 
 run() {
-    local label="$1" server="$2" db="ab_$(date +%s)_$RANDOM" dir
+    local label="$1" server="$2" refresh="$3" db="ab_$(date +%s)_$RANDOM" dir
     dir="$(mktemp -d /tmp/ingest-ab.XXXXXX)"
     env -u DATABASE_URL CLICKHOUSE_URL="$CH_URL" CLICKHOUSE_DATABASE="$db" \
-        STREAMWATCH_QOE_REFRESH=3600s STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
+        STREAMWATCH_QOE_REFRESH="$refresh" STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
         STREAMWATCH_DATA_DIR="$dir/data" STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn \
         "$server" serve >"$dir/server.log" 2>&1 &
     local spid=$!
@@ -34,7 +37,7 @@ run() {
     local s0 c0 s1 c1 out
     s0="$(cpu_of "$spid")"; c0="$(cpu_of "$CH_PID")"
     out="$("$LOADGEN" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-256}" \
-        --batch "${BATCH:-50}" --duration "${DURATION:-20}" --json | tail -1)"
+        --batch "${BATCH:-50}" --batches-per-session "${BATCHES_PER_SESSION:-20}" --duration "${DURATION:-20}" --json | tail -1)"
     s1="$(cpu_of "$spid")"; c1="$(cpu_of "$CH_PID")"
     kill "$spid"; wait "$spid" 2>/dev/null || true
     python3 -c "
@@ -45,6 +48,6 @@ print('$label %d events/s, ClickHouse %.2f us/event, server %.2f us/event' % (d[
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-    run "old round $r:" "$OLD"
-    run "new round $r:" "$NEW"
+    run "old round $r:" "$OLD" "${OLD_REFRESH:-3600s}"
+    run "new round $r:" "$NEW" "${NEW_REFRESH:-3600s}"
 done

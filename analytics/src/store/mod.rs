@@ -445,7 +445,7 @@ impl Store {
     }
 }
 
-/// The refresher's streamed event reads (both engines): rows arrive in session order, and
+/// The SQLite refresher's streamed event reads: rows arrive in session order, and
 /// each session's run of items goes to `derive` as soon as the next session starts, so only
 /// one session's events are held at a time.
 pub(crate) struct SessionRuns<T> {

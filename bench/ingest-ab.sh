@@ -17,7 +17,6 @@ OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"
 LOADGEN="${LOADGEN:-target/release/loadgen}"
 source "$(dirname "$0")/lib.sh"
 PORT="${PORT:-18090}"; BASE="http://127.0.0.1:$PORT"
-CH_PID="$(pgrep -o -x clickhouse-serv || pgrep -o clickhouse-server)"
 
 run() {
     local label="$1" server="$2" refresh="$3" db="ab_$(date +%s)_$RANDOM" dir

@@ -1,6 +1,9 @@
-# Helpers shared by the bench scripts (sourced, not run). Env: CLICKHOUSE_URL
-# (http://127.0.0.1:8123).
+# Helpers shared by the bench scripts (sourced, not run): CH_URL, CH_PID, cpu_of,
+# detach_database. Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
 CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
+
+# The pid of the ClickHouse server on this host (CPU readings need it local).
+CH_PID="$(pgrep -o -x clickhouse-serv || pgrep -o clickhouse-server || true)"
 
 # CPU seconds (user + system) process $1 has used so far. The fields are counted after the
 # `(comm)` field, which may hold spaces.

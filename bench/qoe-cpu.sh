@@ -9,12 +9,10 @@
 # clickhouse-server (utime + stime from /proc/<pid>/stat, read before the run and 5 s
 # after it, so the run's merges count; the server must run on this host and nothing else
 # should use it). Databases are detached after their run (`detach_database` in
-# bench/lib.sh says why). Env: CLICKHOUSE_URL (http://127.0.0.1:8123), CLICKHOUSE_PID_FILE
-# (/var/lib/clickhouse/clickhouse-server.pid).
+# bench/lib.sh says why). Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
 set -euo pipefail
 BIN="$1"; ROUNDS="${2:-1}"
 source "$(dirname "$0")/lib.sh"
-CH_PID="$(cat "${CLICKHOUSE_PID_FILE:-/var/lib/clickhouse/clickhouse-server.pid}")"
 per_mev() { awk -v s="$1" -v n="$2" 'BEGIN {printf "%.2f", s * 1e6 / n}'; }
 
 for r in $(seq 1 "$ROUNDS"); do

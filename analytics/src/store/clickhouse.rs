@@ -1099,6 +1099,8 @@ impl ChStore {
                     .await?;
             }
         }
+        // The session's read is over before its next request (the long views' set below):
+        // ClickHouse refuses overlapping requests of one session.
         drop(cursor);
         self.write_views(&mut insert, &mut d.rows, &mut long, &stored_days, stats)
             .await?;

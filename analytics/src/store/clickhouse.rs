@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
 use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
-use crate::event::Event;
+use crate::event::{needs_payload, Event};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
 use crate::refresh::{RecentRecords, RefreshConfig, RefreshState, RefreshStats};
@@ -411,14 +411,65 @@ struct StoredCount {
     started_at: i64,
 }
 
-/// One session's events as the refresher reads them (`groupArray` of (ts, type, payload,
-/// ver), any order), borrowed from the cursor's buffer: a step reads millions of events,
-/// and owned strings per event were a large part of its cost.
+/// One session's events as the refresher reads them, in any order, duplicates included
+/// (see [`session_events_sql`]): every event as one packed key ([`unpack_key`]), and the
+/// events of the types a rule reads the payload of once more, with that payload and their
+/// `ver`. Borrowed from the cursor's buffer: a step reads millions of events.
 #[derive(Row, Deserialize)]
 struct SessionEventsRow<'a> {
     session_id: &'a str,
+    keys: Vec<i64>,
     #[serde(borrow)]
-    events: Vec<(i64, &'a str, &'a str, u64)>,
+    payloads: Vec<(i64, &'a str, u64)>,
+}
+
+/// How many values a packed event key keeps below the time (`ts * KEY_TYPES + code`).
+const KEY_TYPES: i64 = 16;
+
+/// The refresher's read of a chunk's events (owner bound as `?`): one row per session.
+///
+/// An event is sent as one number, `ts * 16 + code`, where `code` is its type's position
+/// in [`EventType::ALL`] plus one (0: a type outside the closed set), instead of a tuple
+/// of its time, type name, payload and `ver`: the tuples' strings were about a third of
+/// the process's CPU in a step, in their RowBinary decoding and UTF-8 checks, and twice
+/// the bytes on the wire (docs/benchmarks.md). Only the types a rule reads the payload
+/// of ([`needs_payload`]) come again with their payload and `ver`, which picks among
+/// duplicates of one `(ts, type)` the row `FINAL` would keep; the duplicates of any other
+/// type are identical to derivation. Timestamps are years 0000–9999 (ingest validates
+/// them), so the product stays far inside `Int64`.
+fn session_events_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let quoted = |types: &mut dyn Iterator<Item = &EventType>| {
+            types
+                .map(|t| format!("'{}'", t.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let names = quoted(&mut EventType::ALL.iter());
+        let codes = (1..=EventType::ALL.len())
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let with_payload = quoted(&mut EventType::ALL.iter().filter(|t| needs_payload(**t)));
+        // The key's expression is written twice rather than aliased inside an aggregate:
+        // the same expression is computed once all the same.
+        let key = format!("ts * {KEY_TYPES} + transform(type, [{names}], [{codes}], 0)");
+        format!(
+            "SELECT session_id, groupArray({key}) AS keys, \
+             groupArrayIf(({key}, payload, ver), type IN ({with_payload})) AS payloads \
+             FROM telemetry_events WHERE owner = ? AND session_id IN {SESSION_SET} \
+             GROUP BY session_id"
+        )
+    });
+    &SQL
+}
+
+/// The time and type of a packed event key of [`session_events_sql`]; `None` for a type
+/// outside the closed set (such rows are left out, as everywhere).
+fn unpack_key(key: i64) -> Option<(i64, EventType)> {
+    let code = key.rem_euclid(KEY_TYPES) as usize;
+    let t = *EventType::ALL.get(code.checked_sub(1)?)?;
+    Some((key.div_euclid(KEY_TYPES), t))
 }
 
 /// A row of [`SessionSet`]'s table.
@@ -1064,12 +1115,7 @@ impl ChStore {
         // ClickHouse holds the chunk's while grouping them, as it did to sort them by
         // session, with less memory and about half the CPU (docs/benchmarks.md).
         let mut cursor = set
-            .query(&format!(
-                "SELECT session_id, groupArray((ts, type, if(type IN ('playback_start', \
-                 'quality_change', 'error', 'session_end'), payload, ''), ver)) AS events \
-                 FROM telemetry_events WHERE owner = ? AND session_id IN {SESSION_SET} \
-                 GROUP BY session_id"
-            ))
+            .query(session_events_sql())
             .bind(owner)
             .fetch::<SessionEventsRow<'_>>()
             .map_err(map_err)?;
@@ -1086,10 +1132,15 @@ impl ChStore {
         let mut insert = None;
         let mut events = Vec::new();
         while let Some(r) = cursor.next().await.map_err(map_err)? {
-            // Parsed as read (payloads are blank but for the types a rule reads); rows of
-            // an unknown type are left out.
-            events.extend(r.events.iter().filter_map(|&(ts, t, payload, ver)| {
-                EventType::from_wire(t).map(|t| (Event::parse(ts, t, payload), ver))
+            // The types a rule reads the payload of come from `payloads`, parsed as read;
+            // rows of an unknown type are left out.
+            events.extend(r.keys.iter().filter_map(|&key| {
+                let (ts, t) = unpack_key(key).filter(|(_, t)| !needs_payload(*t))?;
+                Some((Event::new(ts, t), 0))
+            }));
+            events.extend(r.payloads.iter().filter_map(|&(key, payload, ver)| {
+                let (ts, t) = unpack_key(key)?;
+                Some((Event::parse(ts, t, payload), ver))
             }));
             if !events.is_empty() {
                 d.derive(r.session_id, &mut events);
@@ -1324,5 +1375,42 @@ mod tests {
     fn view_columns_match_the_row() {
         let names: Vec<&str> = VIEW_COLUMNS.split(',').map(str::trim).collect();
         assert_eq!(names, <ViewRow as Row>::COLUMN_NAMES);
+    }
+
+    #[test]
+    fn packed_event_keys_unpack_to_time_and_type() {
+        // What the query computes: ts * 16 + the type's position in ALL plus one.
+        let pack = |ts: i64, code: i64| ts * KEY_TYPES + code;
+        for (i, t) in EventType::ALL.iter().enumerate() {
+            for ts in [
+                0,
+                1,
+                1_764_000_000_123,
+                -62_167_219_200_000,
+                253_402_300_799_999,
+            ] {
+                assert_eq!(unpack_key(pack(ts, i as i64 + 1)), Some((ts, *t)));
+            }
+        }
+        // 0 is a type outside the closed set; codes past the last type are never sent.
+        assert_eq!(unpack_key(pack(1_000, 0)), None);
+        assert_eq!(unpack_key(pack(-1_000, 0)), None);
+        assert_eq!(
+            unpack_key(pack(1_000, EventType::ALL.len() as i64 + 1)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_events_read_names_every_type_in_contract_order() {
+        let sql = session_events_sql();
+        let names: Vec<String> = EventType::ALL
+            .iter()
+            .map(|t| format!("'{}'", t.as_str()))
+            .collect();
+        assert!(sql.contains(&format!("[{}], [1, 2, 3, 4, 5, 6, 7, 8]", names.join(", "))));
+        assert!(
+            sql.contains("type IN ('playback_start', 'quality_change', 'error', 'session_end')")
+        );
     }
 }

@@ -7,11 +7,13 @@
 # interval per side, e.g. the same binary twice with NEW_REFRESH=10s for the refresher's
 # cost), a user and an API key, then
 # `loadgen http` (CONNECTIONS=256 connections, BATCH=50-event batches, BATCHES_PER_SESSION=20,
-# DURATION=20 s).
+# DURATION=20 s), or with QOE=target/release/qoe `qoe http`: the realistic fleet (SDK 0.2.0
+# batches with context, the real User-Agent mix, about 5 events per batch and 11 per view)
+# over CONNECTIONS (default 1024 then) connections.
 # Prints events/s and the ClickHouse and server CPU per event. Each database is detached,
 # not dropped, after its round (`detach_database` in bench/lib.sh says why, and how to drop
 # them once done).
-# Env: LOADGEN (target/release/loadgen), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090).
+# Env: LOADGEN (target/release/loadgen), QOE (unset), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090).
 set -euo pipefail
 OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"
 LOADGEN="${LOADGEN:-target/release/loadgen}"
@@ -35,8 +37,13 @@ run() {
         -d '{"label":"ab"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
     local s0 c0 s1 c1 out
     s0="$(cpu_of "$spid")"; c0="$(cpu_of "$CH_PID")"
-    out="$("$LOADGEN" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-256}" \
-        --batch "${BATCH:-50}" --batches-per-session "${BATCHES_PER_SESSION:-20}" --duration "${DURATION:-20}" --json | tail -1)"
+    if [ -n "${QOE:-}" ]; then
+        out="$("$QOE" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-1024}" \
+            --duration "${DURATION:-20}" --json | tail -1)"
+    else
+        out="$("$LOADGEN" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-256}" \
+            --batch "${BATCH:-50}" --batches-per-session "${BATCHES_PER_SESSION:-20}" --duration "${DURATION:-20}" --json | tail -1)"
+    fi
     s1="$(cpu_of "$spid")"; c1="$(cpu_of "$CH_PID")"
     kill "$spid"; wait "$spid" 2>/dev/null || true
     python3 -c "

@@ -171,6 +171,45 @@ impl GenBatch {
         };
         (rows, record)
     }
+
+    /// The body an SDK posts to `POST /api/v1/telemetry` for this batch (interface.md,
+    /// analytics.md §1): what the bench sends through the real ingest route. Context
+    /// fields it lacks are left out, as SDK 0.2.0 leaves them out; SDK 0.1.0 batches
+    /// have no `context`.
+    pub fn wire_json(&self, api_key: &str) -> String {
+        let events: Vec<serde_json::Value> = self
+            .events
+            .iter()
+            .map(|e| {
+                json!({
+                    "type": e.event_type.as_str(),
+                    "ts": ingest::time::format_ms(e.ts_ms),
+                    // Generated payloads are JSON objects (`payloads_are_valid_contract_json`).
+                    "payload": serde_json::from_str::<serde_json::Value>(&e.payload)
+                        .unwrap_or_else(|_| json!({})),
+                })
+            })
+            .collect();
+        let mut body = json!({ "apiKey": api_key, "sessionId": self.session_id, "events": events });
+        if let Some(c) = &self.context {
+            let mut context = serde_json::Map::new();
+            for (key, value) in [
+                ("sdk", &c.sdk),
+                ("player", &c.player),
+                ("contentId", &c.content_id),
+                ("src", &c.src),
+            ] {
+                if let Some(v) = value {
+                    context.insert(key.to_owned(), json!(v));
+                }
+            }
+            if !c.tags.is_empty() {
+                context.insert("tags".to_owned(), json!(c.tags));
+            }
+            body["context"] = serde_json::Value::Object(context);
+        }
+        body.to_string()
+    }
 }
 
 /// A generated fleet: every batch in write order.
@@ -860,6 +899,30 @@ mod tests {
             FleetConfig::adversarial(3, 500),
         ] {
             assert_eq!(Fleet::generate(&cfg).views().len(), 500);
+        }
+    }
+
+    #[test]
+    fn wire_bodies_pass_the_ingest_route_and_store_what_to_write_stores() {
+        // What the bench posts over HTTP is what it writes straight to a sink: the route's
+        // validation accepts every body, and the rows and record it makes are the same.
+        let fleet = Fleet::generate(&FleetConfig::realistic(6, 300));
+        assert!(fleet.batches.iter().any(|b| b.context.is_none()));
+        for b in &fleet.batches {
+            let mut body = b.wire_json("sk_test").into_bytes();
+            let batch = ingest::parse_batch(&mut body).expect("valid body");
+            assert_eq!(batch.api_key, "sk_test");
+            let ua = ingest::UaClass::unknown();
+            let (mut rows, record) = batch.into_write("o", ua.clone());
+            let (mut expected, expected_record) = b.to_write("o", ua);
+            assert_eq!(record, expected_record);
+            // The route stores payloads in the contract's key order, the generator in
+            // its own: the same JSON all the same.
+            for r in rows.iter_mut().chain(expected.iter_mut()) {
+                let v: serde_json::Value = serde_json::from_str(&r.payload).expect("json");
+                r.payload = v.to_string();
+            }
+            assert_eq!(rows, expected);
         }
     }
 

@@ -1,5 +1,5 @@
-//! Helpers shared by the benchmark binaries: a fresh PostgreSQL database per run and the
-//! machine description printed with every figure.
+//! Helpers shared by the benchmark binaries: a fresh PostgreSQL database per run, the
+//! machine description printed with every figure, and the load generators' HTTP connection.
 
 use anyhow::{Context, Result};
 use sqlx::Connection;
@@ -32,4 +32,29 @@ pub fn mem_total() -> String {
         .and_then(|kb| kb.parse::<u64>().ok())
         .map(|kb| format!("{:.1} GiB RAM", kb as f64 / 1024.0 / 1024.0))
         .unwrap_or_else(|| "unknown RAM".into())
+}
+
+/// One keep-alive HTTP/1.1 connection to the service (plain hyper: the cheapest client,
+/// so a load generator leaves the CPU to the server it measures).
+pub struct HttpConn {
+    /// The connection's request side.
+    pub sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+}
+
+impl HttpConn {
+    /// Connects to `addr` (`host:port`) without Nagle's delay.
+    pub async fn open(addr: &str) -> Result<Self> {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .context("connect")?;
+        stream.set_nodelay(true).context("nodelay")?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .context("handshake")?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Self { sender })
+    }
 }

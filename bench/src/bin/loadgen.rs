@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use bench::HttpConn;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -411,29 +412,6 @@ impl Stats {
     }
 }
 
-/// One keep-alive HTTP/1.1 connection to the service (plain hyper: the cheapest
-/// client, so the load generator leaves the CPU to the server).
-struct Conn {
-    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
-}
-
-impl Conn {
-    async fn open(addr: &str) -> Result<Self> {
-        let stream = tokio::net::TcpStream::connect(addr)
-            .await
-            .context("connect")?;
-        stream.set_nodelay(true).context("nodelay")?;
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .context("handshake")?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(Self { sender })
-    }
-}
-
 async fn http(a: HttpArgs) -> Result<()> {
     use http_body_util::BodyExt as _;
 
@@ -477,7 +455,7 @@ async fn http(a: HttpArgs) -> Result<()> {
         let templates = templates.clone();
         tasks.push(tokio::spawn(async move {
             let mut stats = Stats::default();
-            let mut conn: Option<Conn> = None;
+            let mut conn: Option<HttpConn> = None;
             let session_set = &templates[w % templates.len()];
             let mut sessions = 0u64;
             let mut batch_no = 0usize;
@@ -518,7 +496,7 @@ async fn http(a: HttpArgs) -> Result<()> {
                     session_base += 1_000;
                 }
                 if conn.as_ref().is_none_or(|c| c.sender.is_closed()) {
-                    match Conn::open(&addr).await {
+                    match HttpConn::open(&addr).await {
                         Ok(c) => conn = Some(c),
                         Err(e) => {
                             stats.error(format!("transport: {e:#}"));

@@ -11,6 +11,13 @@
 //! open loop at that rate and measures freshness: the time from a batch's acknowledgement
 //! until its view has a row in `qoe_views` (what the views list reads), polled every
 //! 100 ms during the run (p50 / p95 / p99).
+//!
+//! `qoe http`: the same realistic batches posted to a running server's
+//! `POST /api/v1/telemetry`, each with its player's `User-Agent`, over many keep-alive
+//! connections (one player with a request in flight each): the service's real ingest path,
+//! for the same figures measured where players send (`bench/qoe-http.sh` runs the server
+//! with and without its refresher). With `--rate` and `--freshness-database` it measures
+//! freshness as `qoe ingest` does, from the HTTP acknowledgement.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +50,8 @@ enum Mode {
     Routes(RoutesArgs),
     /// Ingest through the writer with or without the refresher; freshness at a rate.
     Ingest(IngestArgs),
+    /// Post the fleet to a running server's ingest route; freshness at a rate.
+    Http(HttpArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -116,6 +125,34 @@ struct IngestArgs {
     /// Session ids as SDK 0.2.0 sends them (time-ordered) or as SDK 0.1.0 did (random).
     #[arg(long, value_enum, default_value_t = SessionIds::TimeOrdered)]
     session_ids: SessionIds,
+}
+
+#[derive(Parser, Debug)]
+struct HttpArgs {
+    /// Service base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// API key the fleet posts with.
+    #[arg(long, env = "QOE_API_KEY")]
+    key: String,
+    /// Concurrent keep-alive connections, each a player with one request in flight.
+    #[arg(long, default_value_t = 1024)]
+    connections: usize,
+    /// Duration (s).
+    #[arg(long, default_value_t = 20.0)]
+    duration: f64,
+    /// Open loop at this many events/s (freshness); flat out when absent.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// With `--rate`: the server's ClickHouse database (`CLICKHOUSE_DATABASE`), whose
+    /// `qoe_views` is polled for the acknowledged samples (freshness).
+    #[arg(long)]
+    freshness_database: Option<String>,
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    clickhouse_url: String,
+    /// Print a JSON summary line at the end (`events_per_s`, as `loadgen http --json`).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -400,7 +437,7 @@ async fn ingest(a: IngestArgs) -> Result<()> {
             a.store.database.clone(),
             a.store.data_dir.clone(),
         );
-        tokio::spawn(poll_visible(store_args, ack_rx, deadline))
+        tokio::spawn(poll_visible(store_args, Some(OWNER), ack_rx, deadline))
     });
     let mut tasks = Vec::new();
     for w in 0..a.submitters {
@@ -469,12 +506,217 @@ async fn ingest(a: IngestArgs) -> Result<()> {
     Ok(())
 }
 
+/// A fleet batch's request: its body, where its session id's pass prefix goes, and its
+/// player's `User-Agent`.
+struct Request {
+    body: Vec<u8>,
+    prefix_at: usize,
+    user_agent: Option<hyper::header::HeaderValue>,
+    events: u64,
+}
+
+/// Hex digits of the pass prefix of a session id (as `qoe ingest`'s time-ordered ids).
+const PREFIX_LEN: usize = 12;
+
+/// Posts the realistic fleet to the service (see the module doc).
+async fn http(a: HttpArgs) -> Result<()> {
+    use http_body_util::BodyExt as _;
+
+    anyhow::ensure!(a.connections > 0, "--connections must be positive");
+    let base = reqwest::Url::parse(&a.url).context("--url")?;
+    let host = base.host_str().context("--url has no host")?.to_owned();
+    let addr = format!("{host}:{}", base.port_or_known_default().unwrap_or(80));
+    let path = format!("{}/api/v1/telemetry", base.path().trim_end_matches('/'));
+    let auth = format!("Bearer {}", a.key);
+    // Each batch's body is built once, with a session id that begins with a fixed-width
+    // placeholder: a request is a copy of its body with the pass written there, so every
+    // pass over the fleet is fresh sessions (nothing dedups away) whose ids sort after
+    // the previous pass's, as SDK 0.2.0's time-ordered ids do.
+    let requests: Arc<Vec<Request>> = Arc::new(
+        ingest_batches()
+            .into_iter()
+            .map(|mut b| {
+                b.session_id = format!("{}-{}", "0".repeat(PREFIX_LEN), b.session_id);
+                let body = b.wire_json(&a.key).into_bytes();
+                let marker = br#""sessionId":""#;
+                let prefix_at = body
+                    .windows(marker.len())
+                    .position(|w| w == marker)
+                    .map(|i| i + marker.len())
+                    .context("body without sessionId")?;
+                let user_agent = b
+                    .user_agent
+                    .as_deref()
+                    .map(hyper::header::HeaderValue::from_str)
+                    .transpose()
+                    .context("user agent")?;
+                Ok(Request {
+                    body,
+                    prefix_at,
+                    user_agent,
+                    events: b.events.len() as u64,
+                })
+            })
+            .collect::<Result<_>>()?,
+    );
+    let total_events: u64 = requests.iter().map(|r| r.events).sum();
+    let total_bytes: usize = requests.iter().map(|r| r.body.len()).sum();
+    println!(
+        "fleet: {} requests per pass, {:.2} events and {:.0} bytes per request on average",
+        requests.len(),
+        total_events as f64 / requests.len() as f64,
+        total_bytes as f64 / requests.len() as f64
+    );
+    let run_start_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(a.duration);
+    let per_connection_rate = a.rate.map(|r| r / a.connections as f64);
+    let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let poller = match (&a.freshness_database, a.rate) {
+        (Some(db), Some(_)) => Some(tokio::spawn(poll_visible(
+            (
+                EngineArg::Clickhouse,
+                a.clickhouse_url.clone(),
+                db.clone(),
+                std::path::PathBuf::new(),
+            ),
+            None,
+            ack_rx,
+            deadline,
+        ))),
+        _ => None,
+    };
+    let stride = a.connections;
+    let mut tasks = Vec::new();
+    for w in 0..a.connections {
+        let (requests, ack_tx) = (requests.clone(), ack_tx.clone());
+        let (addr, path, host, auth) = (addr.clone(), path.clone(), host.clone(), auth.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut events = 0u64;
+            let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
+            let mut conn: Option<bench::HttpConn> = None;
+            let mut i = w;
+            let mut next = Instant::now();
+            while Instant::now() < deadline {
+                let (r, pass) = (&requests[i % requests.len()], (i / requests.len()) as u64);
+                let n = r.events;
+                // Every 50th request of a connection is a freshness sample.
+                let sample = per_connection_rate.is_some() && (i / stride).is_multiple_of(50);
+                i += stride;
+                if let Some(rate) = per_connection_rate {
+                    next += Duration::from_secs_f64(n as f64 / rate);
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                let mut body = r.body.clone();
+                let prefix = format!("{:012x}", run_start_ms + pass);
+                body[r.prefix_at..r.prefix_at + PREFIX_LEN].copy_from_slice(prefix.as_bytes());
+                let session = sample.then(|| {
+                    let end = body[r.prefix_at..]
+                        .iter()
+                        .position(|&c| c == b'"')
+                        .unwrap_or(0);
+                    String::from_utf8_lossy(&body[r.prefix_at..r.prefix_at + end]).into_owned()
+                });
+                if conn.as_ref().is_none_or(|c| c.sender.is_closed()) {
+                    match bench::HttpConn::open(&addr).await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => {
+                            *errors.entry(format!("transport: {e:#}")).or_default() += 1;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    }
+                }
+                let Some(c) = conn.as_mut() else { continue };
+                let mut req = hyper::Request::post(path.as_str())
+                    .header("host", host.as_str())
+                    .header("authorization", auth.as_str())
+                    .header("content-type", "application/json");
+                if let Some(ua) = &r.user_agent {
+                    req = req.header("user-agent", ua);
+                }
+                let Ok(req) = req.body(http_body_util::Full::new(bytes::Bytes::from(body))) else {
+                    *errors.entry("request".to_owned()).or_default() += 1;
+                    continue;
+                };
+                let res = async {
+                    c.sender.ready().await?;
+                    c.sender.send_request(req).await
+                }
+                .await;
+                let outcome = match res {
+                    Ok(res) => {
+                        let status = res.status().as_u16();
+                        match res.into_body().collect().await {
+                            Ok(_) if status == 204 => Ok(()),
+                            Ok(_) => Err(format!("status {status}")),
+                            Err(e) => Err(format!("transport: {e}")),
+                        }
+                    }
+                    Err(e) => Err(format!("transport: {e}")),
+                };
+                match outcome {
+                    Ok(()) => {
+                        events += n;
+                        if let Some(s) = session {
+                            let _ = ack_tx.send((s, Instant::now()));
+                        }
+                    }
+                    Err(e) => {
+                        if e.starts_with("transport") {
+                            conn = None;
+                        }
+                        *errors.entry(e).or_default() += 1;
+                    }
+                }
+            }
+            (events, errors)
+        }));
+    }
+    drop(ack_tx);
+    let (mut events, mut errors) = (0u64, std::collections::BTreeMap::<String, u64>::new());
+    for t in tasks {
+        let (n, e) = t.await?;
+        events += n;
+        for (k, v) in e {
+            *errors.entry(k).or_default() += v;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let eps = events as f64 / secs;
+    println!(
+        "http: {events} events acknowledged in {secs:.1} s = {eps:.0} events/s ({} connections)",
+        a.connections
+    );
+    for (e, n) in &errors {
+        println!("  {n} × {e}");
+    }
+    if let Some(p) = poller {
+        let (lat, missing) = p.await??;
+        println!("{}", summary("freshness ack → visible", lat));
+        if missing > 0 {
+            println!("  {missing} samples not visible 60 s after the run");
+        }
+    }
+    if a.json {
+        let errors: u64 = errors.values().sum();
+        println!(
+            "{}",
+            serde_json::json!({ "mode": "qoe-http", "events": events, "events_per_s": eps, "errors": errors })
+        );
+    }
+    Ok(())
+}
+
 /// Polls `qoe_views` (what the views list reads) every 100 ms for the acknowledged
 /// samples not yet visible, one query per round; returns the latencies (ack → first round
 /// that sees the row, so up to 100 ms + one query late) and how many never showed within
 /// 60 s after `deadline`.
 async fn poll_visible(
     store: (EngineArg, String, String, std::path::PathBuf),
+    owner: Option<&'static str>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
     deadline: Instant,
 ) -> Result<(Vec<f64>, usize)> {
@@ -517,9 +759,11 @@ async fn poll_visible(
                 .map(|s| format!("'{}'", s.replace('\'', "''")))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let sql = format!(
-                "SELECT session_id FROM qoe_views WHERE owner = '{OWNER}' AND session_id IN ({list})"
-            );
+            // Session ids are unique to the run, so without an owner (the server's user
+            // id, over HTTP) the session alone finds the view.
+            let owner = owner.map_or(String::new(), |o| format!("owner = '{o}' AND "));
+            let sql =
+                format!("SELECT session_id FROM qoe_views WHERE {owner}session_id IN ({list})");
             let seen: Vec<String> = match &pool {
                 None => {
                     #[derive(clickhouse::Row, serde::Deserialize)]
@@ -565,5 +809,6 @@ async fn main() -> Result<()> {
     match Cli::parse().mode {
         Mode::Routes(a) => routes(a).await,
         Mode::Ingest(a) => ingest(a).await,
+        Mode::Http(a) => http(a).await,
     }
 }

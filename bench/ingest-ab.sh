@@ -2,7 +2,7 @@
 # A/B of the ClickHouse ingest path between two server builds (docs/benchmarks.md).
 #
 # Usage: bench/ingest-ab.sh OLD_SERVER NEW_SERVER [rounds (3)]
-# Alternates OLD and NEW, each round: the release server on a fresh ClickHouse database with
+# Alternates OLD and NEW (swapping their order every round), each run: the release server on a fresh ClickHouse database with
 # the refresher off (STREAMWATCH_QOE_REFRESH=3600s; OLD_REFRESH / NEW_REFRESH set another
 # interval per side, e.g. the same binary twice with NEW_REFRESH=10s for the refresher's
 # cost), a user and an API key, then
@@ -53,7 +53,17 @@ print('$label %d events/s, ClickHouse %.2f us/event, server %.2f us/event' % (d[
     rm -rf "$dir"
 }
 
+# The sides swap places every round, and each run starts after the previous run's merges
+# had 10 s to settle: a run's ClickHouse CPU includes merges its predecessor left, and
+# the host drifts over minutes, so a fixed order would favour one side.
 for r in $(seq 1 "$ROUNDS"); do
-    run "old round $r:" "$OLD" "${OLD_REFRESH:-3600s}"
-    run "new round $r:" "$NEW" "${NEW_REFRESH:-3600s}"
+    if [ $((r % 2)) = 1 ]; then sides=(old new); else sides=(new old); fi
+    for side in "${sides[@]}"; do
+        sleep 10
+        if [ "$side" = old ]; then
+            run "old round $r:" "$OLD" "${OLD_REFRESH:-3600s}"
+        else
+            run "new round $r:" "$NEW" "${NEW_REFRESH:-3600s}"
+        fi
+    done
 done

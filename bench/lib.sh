@@ -1,5 +1,5 @@
 # Helpers shared by the bench scripts (sourced, not run): CH_URL, CH_PID, cpu_of,
-# detach_database. Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
+# detach_database, start_server and stop_server. Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
 CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
 
 # The pid of the ClickHouse server on this host (CPU readings need it local).
@@ -19,4 +19,28 @@ detach_database() {
     for t in view_batches_buffer telemetry_events view_batches qoe_views qoe_refresh_state schema_migrations; do
         curl -sf "$CH_URL/" --data-binary "DETACH TABLE IF EXISTS $1.$t" >/dev/null || true
     done
+}
+
+# Starts server binary $1 on a fresh ClickHouse database $2 with the QoE refresher every $3
+# (e.g. 3600s: off for a run), on 127.0.0.1:$PORT (18090), then signs up an account and
+# creates an API key. Sets SERVER_PID, SERVER_DIR, BASE and API_KEY; stop_server undoes it.
+start_server() {
+    PORT="${PORT:-18090}"; BASE="http://127.0.0.1:$PORT"
+    SERVER_DIR="$(mktemp -d /tmp/bench-server.XXXXXX)"
+    env -u DATABASE_URL CLICKHOUSE_URL="$CH_URL" CLICKHOUSE_DATABASE="$2" \
+        STREAMWATCH_QOE_REFRESH="$3" STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
+        STREAMWATCH_DATA_DIR="$SERVER_DIR/data" STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn \
+        "$1" serve >"$SERVER_DIR/server.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 150); do curl -s -o /dev/null "$BASE/" && break; sleep 0.1; done
+    curl -sf -c "$SERVER_DIR/jar" -H 'content-type: application/json' \
+        -d "{\"name\":\"bench\",\"email\":\"bench-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
+        "$BASE/api/auth/sign-up/email" >/dev/null
+    API_KEY="$(curl -sf -b "$SERVER_DIR/jar" -H 'content-type: application/json' -H "origin: $BASE" \
+        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+}
+
+stop_server() {
+    kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+    rm -rf "$SERVER_DIR"
 }

@@ -153,6 +153,18 @@ struct HttpArgs {
     /// Print a JSON summary line at the end (`events_per_s`, as `loadgen http --json`).
     #[arg(long)]
     json: bool,
+    /// Send each batch at its own session time (needs `--rate`): views last as long as
+    /// they would, instead of a pass sending a view's batches within moments.
+    #[arg(long)]
+    real_time: bool,
+    /// Seconds before the measured window (events/s, CPU, freshness samples): views
+    /// already playing when it opens, as in a fleet that has been running.
+    #[arg(long, default_value_t = 0.0)]
+    warmup: f64,
+    /// A process whose CPU per acknowledged event is printed (the server, ClickHouse);
+    /// repeatable.
+    #[arg(long)]
+    watch_pid: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -506,72 +518,215 @@ async fn ingest(a: IngestArgs) -> Result<()> {
     Ok(())
 }
 
-/// A fleet batch's request: its body, where its session id's pass prefix goes, and its
-/// player's `User-Agent`.
+/// A fleet batch's request: its body, where its session id's pass prefix goes, its
+/// player's `User-Agent`, and (real time) when it is due after the run's start.
 struct Request {
     body: Vec<u8>,
     prefix_at: usize,
     user_agent: Option<hyper::header::HeaderValue>,
     events: u64,
+    due: Duration,
 }
 
 /// Hex digits of the pass prefix of a session id (as `qoe ingest`'s time-ordered ids).
 const PREFIX_LEN: usize = 12;
 
-/// Posts the realistic fleet to the service (see the module doc).
-async fn http(a: HttpArgs) -> Result<()> {
+/// Wall-clock epoch milliseconds.
+fn now_epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The request of one fleet batch: the body with its session id prefixed by `prefix`
+/// (fixed width, so passes can overwrite it).
+fn request(
+    b: &mut analytics::fleet::GenBatch,
+    key: &str,
+    prefix: u64,
+    due: Duration,
+) -> Result<Request> {
+    b.session_id = format!("{prefix:012x}-{}", b.session_id);
+    let body = b.wire_json(key).into_bytes();
+    let marker = br#""sessionId":""#;
+    let prefix_at = body
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .map(|i| i + marker.len())
+        .context("body without sessionId")?;
+    let user_agent = b
+        .user_agent
+        .as_deref()
+        .map(hyper::header::HeaderValue::from_str)
+        .transpose()
+        .context("user agent")?;
+    Ok(Request {
+        body,
+        prefix_at,
+        user_agent,
+        events: b.events.len() as u64,
+        due,
+    })
+}
+
+/// How long before a real-time run views start: most are still playing when it opens
+/// (a view's watch time is log-normal around 4 minutes, 95 % under 20).
+const REAL_TIME_LEAD: Duration = Duration::from_secs(1_200);
+
+/// The requests of a real-time run of `total`: realistic views starting uniformly from
+/// [`REAL_TIME_LEAD`] before the run to its end, about `rate` events/s once the views of
+/// every age are playing, each batch due at its own session time (its last event plus
+/// 250 ms, the SDK's send after a flush). Views last as long as they would and send a
+/// batch every 10 s of their playback or so. Only the batches due within the run are
+/// sent: views that began before it are in the store from the run's start on (their
+/// earlier events missing, so their derivations read fewer events than a fleet that had
+/// been running). A session id begins with its view's start (ms, hex), as SDK 0.2.0's
+/// UUIDv7 ids do. Generated 100,000 views at a time (memory).
+fn real_time_requests(key: &str, rate: f64, total: Duration) -> Result<Vec<Request>> {
+    const CHUNK: usize = 100_000;
+    let sample = ingest_batches();
+    let per_view = sample.iter().map(|b| b.events.len()).sum::<usize>() as f64 / 4_000.0;
+    let views = (rate / per_view * (REAL_TIME_LEAD + total).as_secs_f64()).ceil() as usize;
+    let now_ms = now_epoch_ms() as i64;
+    let mut out = Vec::new();
+    for chunk in 0..views.div_ceil(CHUNK) {
+        let cfg = FleetConfig {
+            contents: 10_000,
+            start_ms: now_ms - REAL_TIME_LEAD.as_millis() as i64,
+            span_ms: (REAL_TIME_LEAD + total).as_millis() as i64,
+            ..FleetConfig::realistic(7 + chunk as u64, CHUNK.min(views - chunk * CHUNK))
+        };
+        let batches = Fleet::generate(&cfg).batches;
+        let mut started: std::collections::HashMap<String, i64> = Default::default();
+        for b in &batches {
+            let first = b.events.iter().map(|e| e.ts_ms).min().unwrap_or(now_ms);
+            let t = started.entry(b.session_id.clone()).or_insert(first);
+            *t = (*t).min(first);
+        }
+        for mut b in batches {
+            let last = b.events.iter().map(|e| e.ts_ms).max().unwrap_or(now_ms);
+            let Ok(due) = u64::try_from(last + 250 - now_ms).map(Duration::from_millis) else {
+                continue;
+            };
+            if due < total {
+                let view_start = started.get(&b.session_id).copied().unwrap_or(now_ms);
+                b.session_id = format!("{chunk:04x}-{}", b.session_id);
+                out.push(request(&mut b, key, view_start.max(0) as u64, due)?);
+            }
+        }
+        eprintln!("generated {} of {views} views", (chunk * CHUNK + CHUNK).min(views));
+    }
+    out.sort_by_key(|r| r.due);
+    Ok(out)
+}
+
+/// CPU seconds (user + system) of process `pid` so far (`/proc/<pid>/stat`).
+fn cpu_s(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // The fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Posts one request on `conn` (reopened when closed); `Err` names what went wrong.
+async fn post(
+    conn: &mut Option<bench::HttpConn>,
+    addr: &str,
+    head: (&str, &str, &str),
+    r: &Request,
+    body: Vec<u8>,
+) -> Result<(), String> {
     use http_body_util::BodyExt as _;
 
+    let (path, host, auth) = head;
+    if conn.as_ref().is_none_or(|c| c.sender.is_closed()) {
+        match bench::HttpConn::open(addr).await {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return Err(format!("transport: {e:#}"));
+            }
+        }
+    }
+    let Some(c) = conn.as_mut() else {
+        return Err("no connection".to_owned());
+    };
+    let mut req = hyper::Request::post(path)
+        .header("host", host)
+        .header("authorization", auth)
+        .header("content-type", "application/json");
+    if let Some(ua) = &r.user_agent {
+        req = req.header("user-agent", ua);
+    }
+    let req = req
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .map_err(|e| format!("request: {e}"))?;
+    let res = async {
+        c.sender.ready().await?;
+        c.sender.send_request(req).await
+    }
+    .await;
+    let outcome = match res {
+        Ok(res) => {
+            let status = res.status().as_u16();
+            match res.into_body().collect().await {
+                Ok(_) if status == 204 => Ok(()),
+                Ok(_) => Err(format!("status {status}")),
+                Err(e) => Err(format!("transport: {e}")),
+            }
+        }
+        Err(e) => Err(format!("transport: {e}")),
+    };
+    if outcome.as_ref().is_err_and(|e| e.starts_with("transport")) {
+        *conn = None;
+    }
+    outcome
+}
+
+/// Posts the realistic fleet to the service (see the module doc).
+async fn http(a: HttpArgs) -> Result<()> {
     anyhow::ensure!(a.connections > 0, "--connections must be positive");
     let base = reqwest::Url::parse(&a.url).context("--url")?;
     let host = base.host_str().context("--url has no host")?.to_owned();
     let addr = format!("{host}:{}", base.port_or_known_default().unwrap_or(80));
     let path = format!("{}/api/v1/telemetry", base.path().trim_end_matches('/'));
     let auth = format!("Bearer {}", a.key);
-    // Each batch's body is built once, with a session id that begins with a fixed-width
-    // placeholder: a request is a copy of its body with the pass written there, so every
-    // pass over the fleet is fresh sessions (nothing dedups away) whose ids sort after
-    // the previous pass's, as SDK 0.2.0's time-ordered ids do.
-    let requests: Arc<Vec<Request>> = Arc::new(
+    let warmup = Duration::from_secs_f64(a.warmup);
+    let total = warmup + Duration::from_secs_f64(a.duration);
+    let run_start_ms = now_epoch_ms();
+    let real_time = match (a.real_time, a.rate) {
+        (false, _) => false,
+        (true, Some(_)) => true,
+        (true, None) => anyhow::bail!("--real-time needs --rate"),
+    };
+    // Passes: each batch's body is built once with a placeholder prefix; a request is a
+    // copy with the pass written there, so every pass over the fleet is fresh sessions
+    // whose ids sort after the previous pass's, as SDK 0.2.0's time-ordered ids do.
+    // Real time: one fleet as long as the run, every session once.
+    let requests: Arc<Vec<Request>> = Arc::new(if real_time {
+        real_time_requests(&a.key, a.rate.unwrap_or(0.0), total)?
+    } else {
         ingest_batches()
-            .into_iter()
-            .map(|mut b| {
-                b.session_id = format!("{}-{}", "0".repeat(PREFIX_LEN), b.session_id);
-                let body = b.wire_json(&a.key).into_bytes();
-                let marker = br#""sessionId":""#;
-                let prefix_at = body
-                    .windows(marker.len())
-                    .position(|w| w == marker)
-                    .map(|i| i + marker.len())
-                    .context("body without sessionId")?;
-                let user_agent = b
-                    .user_agent
-                    .as_deref()
-                    .map(hyper::header::HeaderValue::from_str)
-                    .transpose()
-                    .context("user agent")?;
-                Ok(Request {
-                    body,
-                    prefix_at,
-                    user_agent,
-                    events: b.events.len() as u64,
-                })
-            })
-            .collect::<Result<_>>()?,
-    );
+            .iter_mut()
+            .map(|b| request(b, &a.key, 0, Duration::ZERO))
+            .collect::<Result<_>>()?
+    });
     let total_events: u64 = requests.iter().map(|r| r.events).sum();
     let total_bytes: usize = requests.iter().map(|r| r.body.len()).sum();
     println!(
-        "fleet: {} requests per pass, {:.2} events and {:.0} bytes per request on average",
+        "fleet: {} requests{}, {:.2} events and {:.0} bytes per request on average",
         requests.len(),
-        total_events as f64 / requests.len() as f64,
-        total_bytes as f64 / requests.len() as f64
+        if real_time { " in real time" } else { " per pass" },
+        total_events as f64 / requests.len().max(1) as f64,
+        total_bytes as f64 / requests.len().max(1) as f64
     );
-    let run_start_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(a.duration);
+    let measured_from = start + warmup;
+    let deadline = start + total;
     let per_connection_rate = a.rate.map(|r| r / a.connections as f64);
     let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let poller = match (&a.freshness_database, a.rate) {
@@ -588,88 +743,78 @@ async fn http(a: HttpArgs) -> Result<()> {
         ))),
         _ => None,
     };
+    // CPU of the watched processes (the server, ClickHouse) and of this one over the
+    // measured window, read when it opens.
+    let mut pids = a.watch_pid.clone();
+    pids.push(std::process::id().to_string());
+    let cpu_window = {
+        let pids = pids.clone();
+        tokio::spawn(async move {
+            let read = || pids.iter().map(|p| cpu_s(p)).collect::<Vec<f64>>();
+            tokio::time::sleep_until(measured_from.into()).await;
+            let opened = read();
+            tokio::time::sleep_until(deadline.into()).await;
+            (opened, read())
+        })
+    };
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stride = a.connections;
     let mut tasks = Vec::new();
     for w in 0..a.connections {
-        let (requests, ack_tx) = (requests.clone(), ack_tx.clone());
+        let (requests, ack_tx, next) = (requests.clone(), ack_tx.clone(), next.clone());
         let (addr, path, host, auth) = (addr.clone(), path.clone(), host.clone(), auth.clone());
         tasks.push(tokio::spawn(async move {
             let mut events = 0u64;
             let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
             let mut conn: Option<bench::HttpConn> = None;
             let mut i = w;
-            let mut next = Instant::now();
-            while Instant::now() < deadline {
-                let (r, pass) = (&requests[i % requests.len()], (i / requests.len()) as u64);
-                let n = r.events;
-                // Every 50th request of a connection is a freshness sample.
-                let sample = per_connection_rate.is_some() && (i / stride).is_multiple_of(50);
-                i += stride;
-                if let Some(rate) = per_connection_rate {
-                    next += Duration::from_secs_f64(n as f64 / rate);
-                    tokio::time::sleep_until(next.into()).await;
-                }
-                let mut body = r.body.clone();
-                let prefix = format!("{:012x}", run_start_ms + pass);
-                body[r.prefix_at..r.prefix_at + PREFIX_LEN].copy_from_slice(prefix.as_bytes());
-                let session = sample.then(|| {
-                    let end = body[r.prefix_at..]
-                        .iter()
-                        .position(|&c| c == b'"')
-                        .unwrap_or(0);
-                    String::from_utf8_lossy(&body[r.prefix_at..r.prefix_at + end]).into_owned()
+            let mut paced = Instant::now();
+            let mut sent = 0usize;
+            loop {
+                let (r, body) = if real_time {
+                    // The next request due, whichever connection is free.
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(r) = requests.get(index) else { break };
+                    tokio::time::sleep_until((start + r.due).into()).await;
+                    // Past capacity the requests fall behind their times: the run still
+                    // ends on time.
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    (r, r.body.clone())
+                } else {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let (r, pass) = (&requests[i % requests.len()], (i / requests.len()) as u64);
+                    i += stride;
+                    if let Some(rate) = per_connection_rate {
+                        paced += Duration::from_secs_f64(r.events as f64 / rate);
+                        tokio::time::sleep_until(paced.into()).await;
+                    }
+                    let mut body = r.body.clone();
+                    let prefix = format!("{:012x}", run_start_ms + pass);
+                    body[r.prefix_at..r.prefix_at + PREFIX_LEN].copy_from_slice(prefix.as_bytes());
+                    (r, body)
+                };
+                // Every 50th request of a connection in the window is a freshness sample.
+                let session = (a.rate.is_some() && sent.is_multiple_of(50)).then(|| {
+                    let id = &body[r.prefix_at..];
+                    let end = id.iter().position(|&c| c == b'"').unwrap_or(0);
+                    String::from_utf8_lossy(&id[..end]).into_owned()
                 });
-                if conn.as_ref().is_none_or(|c| c.sender.is_closed()) {
-                    match bench::HttpConn::open(&addr).await {
-                        Ok(c) => conn = Some(c),
-                        Err(e) => {
-                            *errors.entry(format!("transport: {e:#}")).or_default() += 1;
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    }
-                }
-                let Some(c) = conn.as_mut() else { continue };
-                let mut req = hyper::Request::post(path.as_str())
-                    .header("host", host.as_str())
-                    .header("authorization", auth.as_str())
-                    .header("content-type", "application/json");
-                if let Some(ua) = &r.user_agent {
-                    req = req.header("user-agent", ua);
-                }
-                let Ok(req) = req.body(http_body_util::Full::new(bytes::Bytes::from(body))) else {
-                    *errors.entry("request".to_owned()).or_default() += 1;
-                    continue;
-                };
-                let res = async {
-                    c.sender.ready().await?;
-                    c.sender.send_request(req).await
-                }
-                .await;
-                let outcome = match res {
-                    Ok(res) => {
-                        let status = res.status().as_u16();
-                        match res.into_body().collect().await {
-                            Ok(_) if status == 204 => Ok(()),
-                            Ok(_) => Err(format!("status {status}")),
-                            Err(e) => Err(format!("transport: {e}")),
-                        }
-                    }
-                    Err(e) => Err(format!("transport: {e}")),
-                };
-                match outcome {
+                sent += 1;
+                match post(&mut conn, &addr, (&path, &host, &auth), r, body).await {
                     Ok(()) => {
-                        events += n;
-                        if let Some(s) = session {
-                            let _ = ack_tx.send((s, Instant::now()));
+                        let now = Instant::now();
+                        if now >= measured_from && now <= deadline {
+                            events += r.events;
+                            if let Some(s) = session {
+                                let _ = ack_tx.send((s, now));
+                            }
                         }
                     }
-                    Err(e) => {
-                        if e.starts_with("transport") {
-                            conn = None;
-                        }
-                        *errors.entry(e).or_default() += 1;
-                    }
+                    Err(e) => *errors.entry(e).or_default() += 1,
                 }
             }
             (events, errors)
@@ -684,12 +829,19 @@ async fn http(a: HttpArgs) -> Result<()> {
             *errors.entry(k).or_default() += v;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let eps = events as f64 / secs;
+    let (cpu_start, cpu_end) = cpu_window.await?;
+    let secs = (deadline - measured_from).as_secs_f64();
+    let eps = events as f64 / secs.max(1e-9);
     println!(
-        "http: {events} events acknowledged in {secs:.1} s = {eps:.0} events/s ({} connections)",
-        a.connections
+        "http: {events} events acknowledged in {secs:.1} s = {eps:.0} events/s ({} connections{})",
+        a.connections,
+        if a.warmup > 0.0 { format!(", after {:.0} s of warm-up", a.warmup) } else { String::new() }
     );
+    for (i, pid) in pids.iter().enumerate() {
+        let us = (cpu_end[i] - cpu_start[i]) / events.max(1) as f64 * 1e6;
+        let who = if i + 1 == pids.len() { "qoe (this client)".to_owned() } else { format!("pid {pid}") };
+        println!("  cpu {who}: {us:.2} µs per event");
+    }
     for (e, n) in &errors {
         println!("  {n} × {e}");
     }

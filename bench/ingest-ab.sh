@@ -18,39 +18,25 @@ set -euo pipefail
 OLD="$1"; NEW="$2"; ROUNDS="${3:-3}"
 LOADGEN="${LOADGEN:-target/release/loadgen}"
 source "$(dirname "$0")/lib.sh"
-PORT="${PORT:-18090}"; BASE="http://127.0.0.1:$PORT"
 
 run() {
-    local label="$1" server="$2" refresh="$3" db="ab_$(date +%s)_$RANDOM" dir
-    dir="$(mktemp -d /tmp/ingest-ab.XXXXXX)"
-    env -u DATABASE_URL CLICKHOUSE_URL="$CH_URL" CLICKHOUSE_DATABASE="$db" \
-        STREAMWATCH_QOE_REFRESH="$refresh" STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
-        STREAMWATCH_DATA_DIR="$dir/data" STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn \
-        "$server" serve >"$dir/server.log" 2>&1 &
-    local spid=$!
-    for _ in $(seq 1 150); do curl -s -o /dev/null "$BASE/" && break; sleep 0.1; done
-    curl -sf -c "$dir/jar" -H 'content-type: application/json' \
-        -d "{\"name\":\"ab\",\"email\":\"ab-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
-        "$BASE/api/auth/sign-up/email" >/dev/null
-    local key
-    key="$(curl -sf -b "$dir/jar" -H 'content-type: application/json' -H "origin: $BASE" \
-        -d '{"label":"ab"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+    local label="$1" db="ab_$(date +%s)_$RANDOM"
+    start_server "$2" "$db" "$3"
     local s0 c0 s1 c1 out
-    s0="$(cpu_of "$spid")"; c0="$(cpu_of "$CH_PID")"
+    s0="$(cpu_of "$SERVER_PID")"; c0="$(cpu_of "$CH_PID")"
     if [ -n "${QOE:-}" ]; then
-        out="$("$QOE" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-1024}" \
+        out="$("$QOE" http --url "$BASE" --key "$API_KEY" --connections "${CONNECTIONS:-1024}" \
             --duration "${DURATION:-20}" --json | tail -1)"
     else
-        out="$("$LOADGEN" http --url "$BASE" --key "$key" --connections "${CONNECTIONS:-256}" \
+        out="$("$LOADGEN" http --url "$BASE" --key "$API_KEY" --connections "${CONNECTIONS:-256}" \
             --batch "${BATCH:-50}" --batches-per-session "${BATCHES_PER_SESSION:-20}" --duration "${DURATION:-20}" --json | tail -1)"
     fi
-    s1="$(cpu_of "$spid")"; c1="$(cpu_of "$CH_PID")"
-    kill "$spid"; wait "$spid" 2>/dev/null || true
+    s1="$(cpu_of "$SERVER_PID")"; c1="$(cpu_of "$CH_PID")"
+    stop_server
     python3 -c "
 import json; d = json.loads('''$out'''); n = d['events_per_s'] * ${DURATION:-20}
 print('$label %d events/s, ClickHouse %.2f us/event, server %.2f us/event' % (d['events_per_s'], ($c1 - $c0) / n * 1e6, ($s1 - $s0) / n * 1e6))"
     detach_database "$db"
-    rm -rf "$dir"
 }
 
 # The sides swap places every round, and each run starts after the previous run's merges

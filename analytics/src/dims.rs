@@ -173,38 +173,63 @@ impl Dims {
     pub fn resolve(batches: &[BatchDims], playback_content_id: Option<&str>) -> Dims {
         let mut ordered: Vec<&BatchDims> = batches.iter().collect();
         ordered.sort_by_key(|b| (b.first_ts_ms, b.seq));
+        let mut fold = DimsFold::default();
+        for b in ordered {
+            fold.push(b);
+        }
+        fold.dims(playback_content_id)
+    }
+}
 
-        let first = |get: fn(&BatchDims) -> Option<&String>| -> Option<String> {
-            ordered
-                .iter()
-                .filter_map(|b| get(b))
-                .find(|v| !v.is_empty())
-                .cloned()
-        };
+/// The rule of this module's doc as a fold over a view's batches taken in their order
+/// (`(first_ts_ms, seq)`): each field keeps the first non-empty value it is given, the
+/// user-agent triple the first batch's. [`Dims::resolve`] sorts and folds; live views
+/// (`crate::live`) fold each batch as it is stored, in that order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DimsFold {
+    content_id: Option<String>,
+    src: Option<String>,
+    sdk: Option<String>,
+    player: Option<String>,
+    tags: BTreeMap<String, String>,
+    user_agent: Option<UserAgent>,
+}
 
-        let mut tags = BTreeMap::new();
-        for b in &ordered {
-            for (k, v) in &b.tags {
-                if !v.is_empty() {
-                    tags.entry(k.clone()).or_insert_with(|| v.clone());
-                }
+impl DimsFold {
+    /// Takes the next batch in order.
+    pub fn push(&mut self, b: &BatchDims) {
+        fn fill(field: &mut Option<String>, value: &Option<String>) {
+            if field.is_none() {
+                *field = value.clone().filter(|v| !v.is_empty());
             }
         }
+        fill(&mut self.content_id, &b.content_id);
+        fill(&mut self.src, &b.src);
+        fill(&mut self.sdk, &b.sdk);
+        fill(&mut self.player, &b.player);
+        for (k, v) in &b.tags {
+            if !v.is_empty() && !self.tags.contains_key(k) {
+                self.tags.insert(k.clone(), v.clone());
+            }
+        }
+        if self.user_agent.is_none() {
+            self.user_agent = Some(b.user_agent.normalized());
+        }
+    }
 
+    /// The dimensions so far, `contentId` falling back to `playback_content_id`.
+    pub fn dims(&self, playback_content_id: Option<&str>) -> Dims {
         Dims {
-            content_id: first(|b| b.content_id.as_ref()).or_else(|| {
+            content_id: self.content_id.clone().or_else(|| {
                 playback_content_id
                     .filter(|c| !c.is_empty())
                     .map(str::to_owned)
             }),
-            src: first(|b| b.src.as_ref()),
-            sdk: first(|b| b.sdk.as_ref()),
-            player: first(|b| b.player.as_ref()),
-            tags,
-            user_agent: ordered
-                .first()
-                .map(|b| b.user_agent.normalized())
-                .unwrap_or_default(),
+            src: self.src.clone(),
+            sdk: self.sdk.clone(),
+            player: self.player.clone(),
+            tags: self.tags.clone(),
+            user_agent: self.user_agent.clone().unwrap_or_default(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The compact event that view derivation reads: time, type and the few payload fields
 //! analytics.md §2 needs, parsed tolerantly from a stored payload's JSON text.
 
-use ingest::{EndReason, EventType, StoredEvent};
+use ingest::{EndReason, EventType, Payload, StoredEvent};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -124,6 +124,36 @@ impl Event {
             | EventType::PlaybackResume
             | EventType::RebufferStart
             | EventType::RebufferEnd => {}
+        }
+        ev
+    }
+
+    /// The event of a validated ingest event, as [`Event::parse`] would read it back
+    /// from its stored payload (without the JSON: live views take each batch this way).
+    pub fn from_wire(e: &ingest::Event) -> Self {
+        let mut ev = Event::new(e.ts_ms, e.event_type());
+        match &e.payload {
+            Payload::PlaybackStart {
+                content_id,
+                startup_ms,
+                ..
+            } => {
+                ev.startup_ms = startup_ms.filter(|v| v.is_finite());
+                ev.content_id = Some(content_id.clone());
+            }
+            Payload::QualityChange { from, bitrate, .. } => {
+                ev.switch = !from.is_empty();
+                ev.bitrate = Some(*bitrate).filter(|v| v.is_finite());
+            }
+            Payload::Error { code, fatal, .. } => {
+                ev.fatal = *fatal;
+                ev.code = Some(code.clone());
+            }
+            Payload::SessionEnd { reason, .. } => ev.reason = Some(*reason),
+            Payload::PlaybackPause { .. }
+            | Payload::PlaybackResume { .. }
+            | Payload::RebufferStart { .. }
+            | Payload::RebufferEnd { .. } => {}
         }
         ev
     }
@@ -311,5 +341,40 @@ mod tests {
                 Event::error(11, "third", false),
             ]
         );
+    }
+    #[test]
+    fn a_wire_event_reads_as_its_stored_payload_parses() {
+        // Every golden valid batch and a realistic and an adversarial fleet, through the
+        // route's validation: the event taken from the typed payload equals the one parsed
+        // back from what the sink stores.
+        let mut bodies: Vec<Vec<u8>> = Vec::new();
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../ingest/fixtures/valid");
+        for entry in std::fs::read_dir(fixtures).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "json") {
+                bodies.push(std::fs::read(&path).expect("read"));
+            }
+        }
+        assert!(!bodies.is_empty());
+        for cfg in [
+            crate::fleet::FleetConfig::realistic(3, 200),
+            crate::fleet::FleetConfig::adversarial(3, 200),
+        ] {
+            for b in crate::fleet::Fleet::generate(&cfg).batches {
+                bodies.push(b.wire_json("k").into_bytes());
+            }
+        }
+        let mut checked = 0;
+        for mut body in bodies {
+            let Ok(batch) = ingest::parse_batch(&mut body) else {
+                continue;
+            };
+            for e in &batch.events {
+                let stored = Event::parse(e.ts_ms, e.event_type(), &e.payload.to_json());
+                assert_eq!(Event::from_wire(e), stored, "{e:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 1_000, "{checked}");
     }
 }

@@ -66,107 +66,14 @@ impl View {
         // Stable: among equal keys the first written stays first, and is the one kept.
         evs.sort_by_key(|e| e.order_key());
         evs.dedup_by_key(|e| e.order_key());
-        let (first, last) = (evs.first()?, evs.last()?);
-        let (started_at, ended_at) = (first.ts_ms, last.ts_ms);
-
-        let first_start = evs
-            .iter()
-            .find(|e| e.event_type == EventType::PlaybackStart);
-        let first_frame_at = first_start.map(|e| e.ts_ms);
-        let startup_ms = first_start.and_then(|e| e.startup_ms);
-
-        let failed_at = evs.iter().find(|e| is_failure(e)).map(|e| e.ts_ms);
-        let failed = failed_at.is_some();
-        let started = first_frame_at.is_some();
-        let startup_failure = match (failed_at, first_frame_at) {
-            (Some(_), None) => true,
-            (Some(f), Some(ff)) => f < ff,
-            (None, _) => false,
-        };
-        let has_end = evs.iter().any(|e| e.event_type == EventType::SessionEnd);
-        let exit_before_start = !started && !failed && has_end;
-
-        let (rebuffer_count, rebuffer_ms, paused_ms, watch_time_ms) = match first_frame_at {
-            Some(ff) => {
-                let (count, stalled) = intervals(
-                    &evs,
-                    ff,
-                    ended_at,
-                    EventType::RebufferStart,
-                    EventType::RebufferEnd,
-                );
-                let (_, paused) = intervals(
-                    &evs,
-                    ff,
-                    ended_at,
-                    EventType::PlaybackPause,
-                    EventType::PlaybackResume,
-                );
-                (count, stalled, paused, (ended_at - ff - paused).max(0))
-            }
-            None => (0, 0, 0, 0),
-        };
-
-        let (bitrate_weighted_sum, bitrate_covered_ms) = match first_frame_at {
-            Some(ff) => bitrate_coverage(&evs, ff, ended_at),
-            None => (0.0, 0),
-        };
-
-        let (mut rendition_switches, mut upshifts, mut downshifts) = (0, 0, 0);
-        // `None`: no earlier quality_change; `Some(b)`: the previous one's bitrate.
-        let mut previous: Option<Option<f64>> = None;
-        for e in evs
-            .iter()
-            .filter(|e| e.event_type == EventType::QualityChange)
-        {
-            if e.switch {
-                rendition_switches += 1;
-                // §5: a switch with no earlier quality_change is neither up nor down.
-                if let (Some(Some(prev)), Some(now)) = (previous, e.bitrate) {
-                    if now > prev {
-                        upshifts += 1;
-                    } else if now < prev {
-                        downshifts += 1;
-                    }
-                }
-            }
-            previous = Some(e.bitrate);
+        let mut fold = Fold::default();
+        for e in evs {
+            fold.push(e);
         }
-
-        let errors = || evs.iter().filter(|e| e.event_type == EventType::Error);
-        let error_count = errors().count() as i64;
-        let fatal_error_code = errors().find(|e| e.fatal).and_then(|e| e.code.clone());
-
-        let playback_content_id = evs
-            .iter()
-            .filter(|e| e.event_type == EventType::PlaybackStart)
-            .filter_map(|e| e.content_id.as_deref())
-            .find(|c| !c.is_empty());
-
-        Some(View {
-            session_id: session_id.to_owned(),
-            started_at,
-            ended_at,
-            started,
-            first_frame_at,
-            startup_ms,
-            failed,
-            failed_at,
-            startup_failure,
-            exit_before_start,
-            rebuffer_count,
-            rebuffer_ms,
-            paused_ms,
-            watch_time_ms,
-            bitrate_weighted_sum,
-            bitrate_covered_ms,
-            rendition_switches,
-            upshifts,
-            downshifts,
-            error_count,
-            fatal_error_code,
-            dims: Dims::resolve(batches, playback_content_id),
-        })
+        fold.view(
+            session_id,
+            Dims::resolve(batches, fold.playback_content_id()),
+        )
     }
 
     /// [`View::derive`] from events as a sink returns them.
@@ -187,6 +94,213 @@ impl View {
     }
 }
 
+/// A view's derivation as a fold over its events in order (ts, then the contract order of
+/// types; no two with the same key): the one implementation of the rules of analytics.md
+/// §2 and §5. [`View::derive`] folds a view's whole event list; live views
+/// (`crate::live`) keep a playing session's fold and push each new batch into it, so a
+/// refresh does not read the view's earlier events again. Either way the same events give
+/// the same [`View`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fold {
+    /// Order key of the last event taken: the next must come after it.
+    last: Option<(i64, usize)>,
+    /// Events taken.
+    events: u64,
+    started_at: i64,
+    first_frame_at: Option<i64>,
+    startup_ms: Option<f64>,
+    failed_at: Option<i64>,
+    has_end: bool,
+    /// Stalls and pauses after the first frame.
+    stalls: Intervals,
+    pauses: Intervals,
+    /// The bitrate in force (since when, and the value; `None`: unknown), and what the
+    /// closed spans after the first frame added up to.
+    bitrate: Option<(i64, Option<f64>)>,
+    bitrate_weighted_sum: f64,
+    bitrate_covered_ms: i64,
+    /// `None`: no earlier quality_change; `Some(b)`: the previous one's bitrate.
+    previous_quality: Option<Option<f64>>,
+    rendition_switches: i64,
+    upshifts: i64,
+    downshifts: i64,
+    error_count: i64,
+    /// A fatal error was seen; its code (the first fatal error's) is below.
+    fatal_seen: bool,
+    fatal_error_code: Option<String>,
+    /// `contentId` of the first `playback_start` with a non-empty one.
+    playback_content_id: Option<String>,
+}
+
+/// Intervals opened by one event type and closed by another (stalls, pauses).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Intervals {
+    /// Start of the open interval.
+    open: Option<i64>,
+    opened: i64,
+    /// Summed length of the closed ones.
+    closed_ms: i64,
+}
+
+impl Intervals {
+    fn open_at(&mut self, ts: i64) {
+        if self.open.is_none() {
+            self.open = Some(ts);
+            self.opened += 1;
+        }
+    }
+
+    fn close_at(&mut self, ts: i64) {
+        if let Some(since) = self.open.take() {
+            self.closed_ms += ts - since;
+        }
+    }
+
+    /// (opened, summed ms) with the open one closed at `end`.
+    fn total(&self, end: i64) -> (i64, i64) {
+        let open = self.open.map_or(0, |since| end - since);
+        (self.opened, self.closed_ms + open)
+    }
+}
+
+impl Fold {
+    /// Takes the next event. Returns `false`, and takes nothing, when `e` does not come
+    /// after the last event taken (an earlier or equal key: out of order or a duplicate).
+    pub fn push(&mut self, e: &Event) -> bool {
+        let key = e.order_key();
+        if self.last.is_some_and(|last| key <= last) {
+            return false;
+        }
+        if self.last.is_none() {
+            self.started_at = e.ts_ms;
+        }
+        self.last = Some(key);
+        self.events += 1;
+        let ts = e.ts_ms;
+        match e.event_type {
+            EventType::PlaybackStart => {
+                if self.first_frame_at.is_none() {
+                    self.first_frame_at = Some(ts);
+                    self.startup_ms = e.startup_ms;
+                }
+                if self.playback_content_id.is_none() {
+                    self.playback_content_id = e.content_id.clone().filter(|c| !c.is_empty());
+                }
+            }
+            EventType::QualityChange => {
+                // The span of the previous bitrate closes here; before the first frame
+                // (unknown yet: it comes later in order) nothing is covered.
+                if let (Some((since, Some(b))), Some(ff)) = (self.bitrate, self.first_frame_at) {
+                    let lo = since.max(ff);
+                    if ts > lo {
+                        self.bitrate_weighted_sum += b * (ts - lo) as f64;
+                        self.bitrate_covered_ms += ts - lo;
+                    }
+                }
+                self.bitrate = Some((ts, e.bitrate));
+                if e.switch {
+                    self.rendition_switches += 1;
+                    // §5: a switch with no earlier quality_change is neither up nor down.
+                    if let (Some(Some(prev)), Some(now)) = (self.previous_quality, e.bitrate) {
+                        if now > prev {
+                            self.upshifts += 1;
+                        } else if now < prev {
+                            self.downshifts += 1;
+                        }
+                    }
+                }
+                self.previous_quality = Some(e.bitrate);
+            }
+            EventType::Error => {
+                self.error_count += 1;
+                if e.fatal && !self.fatal_seen {
+                    self.fatal_seen = true;
+                    self.fatal_error_code = e.code.clone();
+                }
+            }
+            EventType::SessionEnd => self.has_end = true,
+            // Stalls and pauses count from the first frame on: `playback_start` is first
+            // in the contract order, so every later event is at or after it.
+            EventType::RebufferStart if self.first_frame_at.is_some() => self.stalls.open_at(ts),
+            EventType::RebufferEnd if self.first_frame_at.is_some() => self.stalls.close_at(ts),
+            EventType::PlaybackPause if self.first_frame_at.is_some() => self.pauses.open_at(ts),
+            EventType::PlaybackResume if self.first_frame_at.is_some() => self.pauses.close_at(ts),
+            EventType::RebufferStart
+            | EventType::RebufferEnd
+            | EventType::PlaybackPause
+            | EventType::PlaybackResume => {}
+        }
+        if self.failed_at.is_none() && is_failure(e) {
+            self.failed_at = Some(ts);
+        }
+        true
+    }
+
+    /// Events taken so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// `contentId` of the first `playback_start` with a non-empty one so far (the fallback
+    /// of [`Dims::resolve`]).
+    pub fn playback_content_id(&self) -> Option<&str> {
+        self.playback_content_id.as_deref()
+    }
+
+    /// The view of the events taken so far with dimensions `dims`; `None` before the first.
+    pub fn view(&self, session_id: &str, dims: Dims) -> Option<View> {
+        let (ended_at, _) = self.last?;
+        let started = self.first_frame_at.is_some();
+        let failed = self.failed_at.is_some();
+        let startup_failure = match (self.failed_at, self.first_frame_at) {
+            (Some(_), None) => true,
+            (Some(f), Some(ff)) => f < ff,
+            (None, _) => false,
+        };
+        let (mut rebuffer_count, mut rebuffer_ms, mut paused_ms, mut watch_time_ms) = (0, 0, 0, 0);
+        let (mut bitrate_weighted_sum, mut bitrate_covered_ms) = (0.0, 0);
+        if let Some(ff) = self.first_frame_at {
+            (rebuffer_count, rebuffer_ms) = self.stalls.total(ended_at);
+            paused_ms = self.pauses.total(ended_at).1;
+            watch_time_ms = (ended_at - ff - paused_ms).max(0);
+            (bitrate_weighted_sum, bitrate_covered_ms) =
+                (self.bitrate_weighted_sum, self.bitrate_covered_ms);
+            // The bitrate in force runs to the view's end.
+            if let Some((since, Some(b))) = self.bitrate {
+                let lo = since.max(ff);
+                if ended_at > lo {
+                    bitrate_weighted_sum += b * (ended_at - lo) as f64;
+                    bitrate_covered_ms += ended_at - lo;
+                }
+            }
+        }
+        Some(View {
+            session_id: session_id.to_owned(),
+            started_at: self.started_at,
+            ended_at,
+            started,
+            first_frame_at: self.first_frame_at,
+            startup_ms: self.startup_ms,
+            failed,
+            failed_at: self.failed_at,
+            startup_failure,
+            exit_before_start: !started && !failed && self.has_end,
+            rebuffer_count,
+            rebuffer_ms,
+            paused_ms,
+            watch_time_ms,
+            bitrate_weighted_sum,
+            bitrate_covered_ms,
+            rendition_switches: self.rendition_switches,
+            upshifts: self.upshifts,
+            downshifts: self.downshifts,
+            error_count: self.error_count,
+            fatal_error_code: self.fatal_error_code.clone(),
+            dims,
+        })
+    }
+}
+
 /// An event that makes a view `failed`.
 fn is_failure(e: &Event) -> bool {
     match e.event_type {
@@ -194,55 +308,6 @@ fn is_failure(e: &Event) -> bool {
         EventType::SessionEnd => e.reason == Some(EndReason::Error),
         _ => false,
     }
-}
-
-/// Walks the events at `ts ≥ from`: `open` opens an interval if none is open, `close`
-/// closes the open one, one still open closes at `end`. Returns (opened, summed ms).
-fn intervals(evs: &[&Event], from: i64, end: i64, open: EventType, close: EventType) -> (i64, i64) {
-    let (mut count, mut total) = (0, 0);
-    let mut since: Option<i64> = None;
-    for e in evs.iter().filter(|e| e.ts_ms >= from) {
-        if e.event_type == open && since.is_none() {
-            since = Some(e.ts_ms);
-            count += 1;
-        } else if e.event_type == close {
-            if let Some(s) = since.take() {
-                total += e.ts_ms - s;
-            }
-        }
-    }
-    if let Some(s) = since {
-        total += end - s;
-    }
-    (count, total)
-}
-
-/// Σ bitrate × ms and the covered ms over `[from, end)`: each `quality_change` sets the
-/// current bitrate from its `ts` (one without a readable bitrate makes it unknown);
-/// time before the first known bitrate is not covered.
-fn bitrate_coverage(evs: &[&Event], from: i64, end: i64) -> (f64, i64) {
-    let (mut sum, mut covered) = (0.0, 0i64);
-    let mut add = |since: i64, until: i64, bitrate: Option<f64>| {
-        let (lo, hi) = (since.max(from), until.min(end));
-        if let (true, Some(b)) = (hi > lo, bitrate) {
-            sum += b * (hi - lo) as f64;
-            covered += hi - lo;
-        }
-    };
-    let mut current: Option<(i64, Option<f64>)> = None;
-    for e in evs
-        .iter()
-        .filter(|e| e.event_type == EventType::QualityChange)
-    {
-        if let Some((since, b)) = current {
-            add(since, e.ts_ms, b);
-        }
-        current = Some((e.ts_ms, e.bitrate));
-    }
-    if let Some((since, b)) = current {
-        add(since, end, b);
-    }
-    (sum, covered)
 }
 
 #[cfg(test)]
@@ -701,5 +766,53 @@ mod tests {
         assert_eq!(v.bitrate_covered_ms, 9_000);
         assert_eq!((v.rendition_switches, v.upshifts, v.downshifts), (1, 1, 0));
         assert!(!v.failed && !v.startup_failure && !v.exit_before_start);
+    }
+    #[test]
+    fn a_fold_pushed_piece_by_piece_gives_what_deriving_each_prefix_gives() {
+        use rand::{Rng, SeedableRng};
+        // Adversarial and realistic sessions, their events in order, cut at random points:
+        // after each piece the fold's view is the view derived from that prefix.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        let fleets = [
+            crate::fleet::FleetConfig::adversarial(23, 400),
+            crate::fleet::FleetConfig::realistic(23, 400),
+        ];
+        let mut checked = 0;
+        for cfg in fleets {
+            let mut sessions: std::collections::BTreeMap<String, Vec<Event>> = Default::default();
+            for b in crate::fleet::Fleet::generate(&cfg).batches {
+                let evs = sessions.entry(b.session_id.clone()).or_default();
+                evs.extend(b.events.iter().map(Event::from_stored));
+            }
+            for (session, mut events) in sessions {
+                events.sort_by_key(Event::order_key);
+                events.dedup_by_key(|e| e.order_key());
+                let mut fold = Fold::default();
+                let mut taken = 0;
+                while taken < events.len() {
+                    let n = rng.gen_range(1..=events.len() - taken);
+                    for e in &events[taken..taken + n] {
+                        assert!(fold.push(e));
+                    }
+                    taken += n;
+                    let prefix = &events[..taken];
+                    let dims = Dims::resolve(&[], fold.playback_content_id());
+                    assert_eq!(
+                        fold.view(&session, dims),
+                        View::derive(&session, prefix, &[]),
+                        "{session} after {taken} events"
+                    );
+                    checked += 1;
+                }
+                // Nothing at or before the last key is taken again.
+                if let Some(last) = events.last() {
+                    let before = fold.clone();
+                    assert!(!fold.push(last));
+                    assert!(!fold.push(&events[0]));
+                    assert_eq!(fold, before);
+                }
+            }
+        }
+        assert!(checked > 1_000, "{checked}");
     }
 }

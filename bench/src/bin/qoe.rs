@@ -614,7 +614,10 @@ fn real_time_requests(key: &str, rate: f64, total: Duration) -> Result<Vec<Reque
                 out.push(request(&mut b, key, view_start.max(0) as u64, due)?);
             }
         }
-        eprintln!("generated {} of {views} views", (chunk * CHUNK + CHUNK).min(views));
+        eprintln!(
+            "generated {} of {views} views",
+            (chunk * CHUNK + CHUNK).min(views)
+        );
     }
     out.sort_by_key(|r| r.due);
     Ok(out)
@@ -720,7 +723,11 @@ async fn http(a: HttpArgs) -> Result<()> {
     println!(
         "fleet: {} requests{}, {:.2} events and {:.0} bytes per request on average",
         requests.len(),
-        if real_time { " in real time" } else { " per pass" },
+        if real_time {
+            " in real time"
+        } else {
+            " per pass"
+        },
         total_events as f64 / requests.len().max(1) as f64,
         total_bytes as f64 / requests.len().max(1) as f64
     );
@@ -835,11 +842,19 @@ async fn http(a: HttpArgs) -> Result<()> {
     println!(
         "http: {events} events acknowledged in {secs:.1} s = {eps:.0} events/s ({} connections{})",
         a.connections,
-        if a.warmup > 0.0 { format!(", after {:.0} s of warm-up", a.warmup) } else { String::new() }
+        if a.warmup > 0.0 {
+            format!(", after {:.0} s of warm-up", a.warmup)
+        } else {
+            String::new()
+        }
     );
     for (i, pid) in pids.iter().enumerate() {
         let us = (cpu_end[i] - cpu_start[i]) / events.max(1) as f64 * 1e6;
-        let who = if i + 1 == pids.len() { "qoe (this client)".to_owned() } else { format!("pid {pid}") };
+        let who = if i + 1 == pids.len() {
+            "qoe (this client)".to_owned()
+        } else {
+            format!("pid {pid}")
+        };
         println!("  cpu {who}: {us:.2} µs per event");
     }
     for (e, n) in &errors {

@@ -46,7 +46,7 @@ async fn clickhouse_creates_database_and_migrates_idempotently() {
             "SELECT count() AS n FROM schema_migrations"
         )
         .await,
-        3,
+        4,
         "each migration recorded once"
     );
     // The records' Buffer names its destination with this database spelled out (the
@@ -152,6 +152,67 @@ async fn clickhouse_missing_table_is_permanent() {
         .await
         .expect_err("no table");
     assert!(!err.is_retryable(), "{err}");
+    drop_db(&config.database).await;
+}
+
+#[tokio::test]
+async fn clickhouse_records_carry_their_writer_and_the_writer_migration_runs_again_cleanly() {
+    let config = clickhouse_config();
+    let sink = ClickHouseSink::connect(&config).await.expect("connect");
+    sink.write(ingest::SinkWrite::from_rows(session_rows("o", "s1", 0, 3)))
+        .await
+        .expect("write");
+    // An instance that applied migration 0004 while another was recording it: its version
+    // row is not there yet, the column is. Applying it again skips the column and recreates
+    // the Buffer, writing out the record it holds.
+    raw_client(&config.database)
+        .query("ALTER TABLE schema_migrations DELETE WHERE version = 4")
+        .execute()
+        .await
+        .expect("delete");
+    for _ in 0..100 {
+        let left = count(
+            &config.database,
+            "SELECT count() AS n FROM schema_migrations WHERE version = 4",
+        )
+        .await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    sink.migrate().await.expect("migration 4 again");
+    let other = ClickHouseConfig {
+        writer: config.writer + 1,
+        ..config.clone()
+    };
+    let second = ClickHouseSink::connect(&other)
+        .await
+        .expect("second writer");
+    second
+        .write(ingest::SinkWrite::from_rows(session_rows("o", "s2", 0, 2)))
+        .await
+        .expect("write");
+    raw_client(&config.database)
+        .query("OPTIMIZE TABLE view_batches_buffer")
+        .execute()
+        .await
+        .expect("flush");
+    #[derive(clickhouse::Row, serde::Deserialize)]
+    struct Writer {
+        session_id: String,
+        writer: u64,
+    }
+    let writers: Vec<Writer> = raw_client(&config.database)
+        .query("SELECT session_id, writer FROM view_batches ORDER BY session_id")
+        .fetch_all()
+        .await
+        .expect("records");
+    let got: Vec<(&str, u64)> = writers
+        .iter()
+        .map(|w| (w.session_id.as_str(), w.writer))
+        .collect();
+    assert_eq!(got, vec![("s1", config.writer), ("s2", config.writer + 1)]);
     drop_db(&config.database).await;
 }
 

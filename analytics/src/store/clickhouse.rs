@@ -1001,6 +1001,8 @@ impl ChStore {
                     first_ts: r.first_ts,
                     seq: u64::MAX,
                     dims: &bare_dims,
+                    // No writer's: a live view seeing it is read back.
+                    writer: 0,
                 })
                 .await
                 .map_err(map_err)?;

@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "0003_view_batches_buffer",
         include_str!("../../../migrations/clickhouse/0003_view_batches_buffer.sql"),
     ),
+    (
+        4,
+        "0004_view_batches_writer",
+        include_str!("../../../migrations/clickhouse/0004_view_batches_writer.sql"),
+    ),
 ];
 
 /// Time allowed for sending an insert's rows, and for the server to confirm it.
@@ -71,6 +76,11 @@ pub struct ClickHouseConfig {
     /// Row-type validation of the crate. `None` = automatic: on for ClickHouse 22+,
     /// off for older servers such as 18.16, which cannot describe result types.
     pub validation: Option<bool>,
+    /// This writer's id, stored with every batch record (`view_batches.writer`): random
+    /// per config, so per server process (a restarted process is another writer). Never 0
+    /// (0 marks records of unknown writer). Analytics' live views tell their own records
+    /// from everyone else's by it.
+    pub writer: u64,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -81,6 +91,7 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("validation", &self.validation)
+            .field("writer", &self.writer)
             .finish()
     }
 }
@@ -94,6 +105,7 @@ impl ClickHouseConfig {
             user: None,
             password: None,
             validation: None,
+            writer: new_writer_id(),
         }
     }
 
@@ -130,6 +142,18 @@ impl ClickHouseConfig {
     }
 }
 
+/// A random writer id, never 0: std's `RandomState` is seeded from the OS, mixed with the
+/// time and the process id so two processes never share one.
+fn new_writer_id() -> u64 {
+    use std::hash::BuildHasher;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::hash::RandomState::new()
+        .hash_one((nanos, std::process::id()))
+        .max(1)
+}
+
 /// Telemetry storage in ClickHouse.
 ///
 /// Every batch record carries its whole `dims` here, unlike the SQLite sink
@@ -141,6 +165,8 @@ pub struct ClickHouseSink {
     client: Client,
     /// The database `client` uses (migrations name it where ClickHouse needs it spelled out).
     database: String,
+    /// [`ClickHouseConfig::writer`].
+    writer: u64,
 }
 
 impl std::fmt::Debug for ClickHouseSink {
@@ -171,6 +197,8 @@ pub struct RecordRow<'a> {
     pub first_ts: i64,
     pub seq: u64,
     pub dims: &'a str,
+    /// [`ClickHouseConfig::writer`] of the process that wrote it (0: unknown).
+    pub writer: u64,
 }
 
 #[derive(Row, Deserialize)]
@@ -225,6 +253,7 @@ impl ClickHouseSink {
         let sink = Self {
             client,
             database: config.database.clone(),
+            writer: config.writer,
         };
         sink.migrate().await?;
         tracing::info!(server_version = %version, validation, database = %config.database, "clickhouse sink ready");
@@ -263,6 +292,11 @@ impl ClickHouseSink {
                 continue;
             }
             for statement in split_statements(&sql.replace("{database}", &self.database)) {
+                if let Some((table, column)) = added_column(&statement) {
+                    if self.has_column(table, column).await? {
+                        continue;
+                    }
+                }
                 self.client.query(&statement).execute().await.map_err(|e| {
                     SinkError::Permanent(format!("clickhouse migration {name} failed: {e}"))
                 })?;
@@ -280,6 +314,38 @@ impl ClickHouseSink {
         }
         Ok(())
     }
+}
+
+impl ClickHouseSink {
+    /// Whether `table` of the sink's database has `column` (18.16 has no
+    /// `ADD COLUMN IF NOT EXISTS`; the migration runner asks first).
+    async fn has_column(&self, table: &str, column: &str) -> Result<bool, SinkError> {
+        #[derive(Row, Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let found = self
+            .client
+            .query(
+                "SELECT toUInt64(count()) AS n FROM system.columns \
+                 WHERE database = ? AND table = ? AND name = ?",
+            )
+            .bind(&self.database)
+            .bind(table)
+            .bind(column)
+            .fetch_one::<Count>()
+            .await
+            .map_err(map_err)?;
+        Ok(found.n > 0)
+    }
+}
+
+/// The table and column of an `ALTER TABLE <table> ADD COLUMN <column> …` statement.
+fn added_column(statement: &str) -> Option<(&str, &str)> {
+    let w: Vec<&str> = statement.split_whitespace().take(6).collect();
+    let is = |i: usize, word: &str| w.get(i).is_some_and(|x| x.eq_ignore_ascii_case(word));
+    (w.len() == 6 && is(0, "ALTER") && is(1, "TABLE") && is(3, "ADD") && is(4, "COLUMN"))
+        .then(|| (w[2], w[5]))
 }
 
 /// Splits a migration file into statements on `;` at the end of a line; comment
@@ -440,6 +506,7 @@ impl EventSink for ClickHouseSink {
                         first_ts: b.first_ts_ms,
                         seq: first_seq + i as u64,
                         dims: &dims,
+                        writer: self.writer,
                     })
                     .await
                     .map_err(map_err)?;
@@ -514,6 +581,31 @@ mod tests {
     }
 
     #[test]
+    fn added_columns_are_read_off_alter_statements() {
+        assert_eq!(
+            added_column("ALTER TABLE view_batches ADD COLUMN writer UInt64 DEFAULT 0"),
+            Some(("view_batches", "writer"))
+        );
+        assert_eq!(
+            added_column("alter table t\nadd column c String"),
+            Some(("t", "c"))
+        );
+        assert_eq!(added_column("ALTER TABLE t DROP COLUMN c"), None);
+        assert_eq!(added_column("ALTER TABLE t ADD COLUMN"), None);
+        assert_eq!(added_column("CREATE TABLE t (c String)"), None);
+    }
+
+    #[test]
+    fn writer_ids_are_random_and_never_zero() {
+        let (a, b) = (
+            ClickHouseConfig::new("u", "d"),
+            ClickHouseConfig::new("u", "d"),
+        );
+        assert_ne!(a.writer, 0);
+        assert_ne!(a.writer, b.writer);
+    }
+
+    #[test]
     fn write_seqs_strictly_increase_and_follow_time() {
         let a = allocate_seqs(1000, 3);
         let b = allocate_seqs(1000, 1);
@@ -539,7 +631,7 @@ mod tests {
     fn batch_insert_columns_match_table() {
         assert_eq!(
             <RecordRow<'_> as Row>::COLUMN_NAMES,
-            &["owner", "session_id", "first_ts", "seq", "dims"]
+            &["owner", "session_id", "first_ts", "seq", "dims", "writer"]
         );
     }
 

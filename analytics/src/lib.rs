@@ -15,12 +15,15 @@
 //! - [`store`]: [`Store`], every read of stored telemetry per engine (ClickHouse,
 //!   SQLite): the QoE routes and the session read-back;
 //! - [`refresh`]: the refresher that derives views into each engine's `qoe_views`;
+//! - [`live`]: the views this process is ingesting, folded batch by batch, which the
+//!   ClickHouse refresher writes from memory;
 //! - `fleet` (feature `fleet`): a seeded generator of realistic and adversarial fleets.
 
 pub mod dims;
 pub mod event;
 #[cfg(any(test, feature = "fleet"))]
 pub mod fleet;
+pub mod live;
 pub mod metrics;
 pub mod query;
 pub mod reference;
@@ -29,7 +32,8 @@ pub mod response;
 pub mod store;
 pub mod view;
 
-pub use dims::{BatchDims, Dims, UserAgent};
+pub use dims::{BatchDims, Dims, DimsFold, UserAgent};
+pub use live::LiveViews;
 pub use event::{dedup, Event};
 pub use ingest::{SessionSummary, StoredEvent, TypeCounts};
 pub use metrics::Aggregate;
@@ -39,4 +43,4 @@ pub use query::{
 };
 pub use refresh::{RefreshConfig, RefreshStats, Refresher};
 pub use store::{AnalyticsError, Store};
-pub use view::View;
+pub use view::{Fold, View};

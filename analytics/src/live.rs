@@ -1,0 +1,448 @@
+//! Live views: the derivation ([`Fold`], [`DimsFold`]) of every view this server process
+//! is ingesting, advanced by each batch as its write is acknowledged, so the ClickHouse
+//! refresher writes a playing view from memory instead of reading all of its events and
+//! records back at every step. (With players sending a batch every 10 s or so for minutes,
+//! that read covered nearly every playing view's whole history every step:
+//! docs/benchmarks.md, "sessions in real time".)
+//!
+//! Memory is used for a view only while it provably holds the whole view; otherwise the
+//! refresher reads the view back from the store, as it does for every view it has no
+//! memory of:
+//! - a view's batches must come in order: every event of a batch after the last event
+//!   taken, and its earliest event after the previous batch's. An out-of-order,
+//!   overlapping or retried batch, and a batch whose write failed or timed out (its rows
+//!   may be stored all the same), make the view *broken* for as long as it is remembered;
+//! - no other writer stored a record of the view: the refresher checks the writer of the
+//!   records of its window (`view_batches.writer`, [`LiveViews::writer`]), and, the first
+//!   time it writes a view from memory, that the view had no record before its window;
+//! - a view is forgotten after [`IDLE`] without a batch, longer than the refresher's
+//!   window, so a view that comes back later is checked as a new one.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::dims::{BatchDims, DimsFold};
+use crate::event::Event;
+use crate::view::{Fold, View};
+
+/// How long a view is remembered without a batch. Longer than the refresher's window
+/// (its margin of 60 s plus a step or two), so the records of a forgotten view are older
+/// than any window that could see it come back: its new-view check finds them.
+pub const IDLE: Duration = Duration::from_secs(180);
+
+/// Shards of the map: batches of different views rarely wait for each other's lock.
+const SHARDS: usize = 64;
+
+/// A view: its owner and session id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// Owner (user id of the API key).
+    pub owner: Arc<str>,
+    /// `sessionId`.
+    pub session: Arc<str>,
+}
+
+/// What memory holds of one view.
+#[derive(Debug)]
+struct Entry {
+    fold: Fold,
+    dims: DimsFold,
+    /// Batches taken.
+    records: u64,
+    /// Earliest event of the last batch taken.
+    last_first_ts: Option<i64>,
+    /// Memory is not the whole view: read it back.
+    broken: bool,
+    /// The refresher found no record of it before memory's first.
+    checked: bool,
+    /// Changes (batches taken, a break) since the entry was made, and how many of them a
+    /// completed refresher step wrote.
+    changes: u64,
+    written: u64,
+    touched: Instant,
+}
+
+impl Entry {
+    fn new(now: Instant) -> Self {
+        Entry {
+            fold: Fold::default(),
+            dims: DimsFold::default(),
+            records: 0,
+            last_first_ts: None,
+            broken: false,
+            checked: false,
+            changes: 0,
+            written: 0,
+            touched: now,
+        }
+    }
+}
+
+/// A view as memory holds it at a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveView {
+    /// Which view.
+    pub key: Key,
+    /// Derived from every batch taken.
+    pub view: View,
+    /// Batches taken (the view's record count, when memory is the whole view).
+    pub records: u64,
+    /// Distinct events taken.
+    pub events: u64,
+    /// The refresher already found no record of it before memory's first.
+    pub checked: bool,
+    change: u64,
+}
+
+/// The views that changed since the last completed refresher step.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Views memory holds whole (as far as memory knows).
+    pub views: Vec<LiveView>,
+    /// Views memory knows to be incomplete, which changed: to read back.
+    pub broken: Vec<Key>,
+    broken_changes: Vec<u64>,
+}
+
+/// The live views of one server process (see the module doc). Shared by the ingest route,
+/// which feeds it, and the refresher, which reads it.
+pub struct LiveViews {
+    writer: u64,
+    hasher: std::hash::RandomState,
+    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
+}
+
+impl std::fmt::Debug for LiveViews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveViews")
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LiveViews {
+    /// Live views of the process that stores its batch records as `writer`
+    /// (`ingest::ClickHouseConfig::writer`).
+    pub fn new(writer: u64) -> Self {
+        LiveViews {
+            writer,
+            hasher: std::hash::RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    /// The writer id of this process's batch records.
+    pub fn writer(&self) -> u64 {
+        self.writer
+    }
+
+    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        let i = self.hasher.hash_one(key) as usize % self.shards.len();
+        // A panic while holding a shard leaves a map of whole entries: go on with it.
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes a batch whose write was acknowledged: its events (any order; the first of
+    /// each `(ts, type)` kept) and its record's dimensions.
+    pub fn take(&self, key: Key, mut events: Vec<Event>, dims: &BatchDims) {
+        // Stable: among equal keys the first written stays first, and is the one kept.
+        events.sort_by_key(Event::order_key);
+        events.dedup_by_key(|e| e.order_key());
+        let now = Instant::now();
+        let mut shard = self.shard(&key);
+        let entry = shard.entry(key).or_insert_with(|| Entry::new(now));
+        entry.touched = now;
+        entry.changes += 1;
+        if entry.broken {
+            return;
+        }
+        let in_order = entry.last_first_ts.is_none_or(|t| dims.first_ts_ms > t)
+            && events.first().is_some_and(|first| entry.fold.push(first));
+        if !in_order {
+            entry.broken = true;
+            return;
+        }
+        for e in &events[1..] {
+            entry.fold.push(e);
+        }
+        entry.dims.push(dims);
+        entry.records += 1;
+        entry.last_first_ts = Some(dims.first_ts_ms);
+    }
+
+    /// A batch of `key` whose write failed or timed out: some of it may be stored, so
+    /// memory may not be the whole view any more.
+    pub fn taint(&self, key: Key) {
+        let now = Instant::now();
+        let mut shard = self.shard(&key);
+        let entry = shard.entry(key).or_insert_with(|| Entry::new(now));
+        entry.touched = now;
+        entry.changes += 1;
+        entry.broken = true;
+    }
+
+    /// Marks views broken (the refresher found records memory does not hold).
+    pub fn break_views<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) {
+        for key in keys {
+            if let Some(entry) = self.shard(key).get_mut(key) {
+                entry.broken = true;
+            }
+        }
+    }
+
+    /// Marks views checked (the refresher found no record of them before memory's first).
+    pub fn check_views<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) {
+        for key in keys {
+            if let Some(entry) = self.shard(key).get_mut(key) {
+                entry.checked = true;
+            }
+        }
+    }
+
+    /// Whether memory holds `key` and does not know it to be incomplete (a change the
+    /// next snapshot may carry).
+    pub fn holds(&self, key: &Key) -> bool {
+        self.shard(key).get(key).is_some_and(|e| !e.broken)
+    }
+
+    /// The views changed since the last [`LiveViews::commit`]ted snapshot, and forgets
+    /// those idle for longer than `idle`. Nothing is marked written: a failed step leaves
+    /// them for the next snapshot.
+    pub fn snapshot(&self, idle: Duration) -> Snapshot {
+        let now = Instant::now();
+        let mut out = Snapshot::default();
+        for shard in self.shards.iter() {
+            let mut shard = shard
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            shard.retain(|_, e| now.duration_since(e.touched) <= idle);
+            for (key, e) in shard.iter().filter(|(_, e)| e.changes > e.written) {
+                if e.broken {
+                    out.broken.push(key.clone());
+                    out.broken_changes.push(e.changes);
+                    continue;
+                }
+                let dims = e.dims.dims(e.fold.playback_content_id());
+                if let Some(view) = e.fold.view(&key.session, dims) {
+                    out.views.push(LiveView {
+                        key: key.clone(),
+                        view,
+                        records: e.records,
+                        events: e.fold.events(),
+                        checked: e.checked,
+                        change: e.changes,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The refresher wrote `snapshot`: its views need no writing until they change again.
+    pub fn commit(&self, snapshot: &Snapshot) {
+        let written = snapshot
+            .views
+            .iter()
+            .map(|v| (&v.key, v.change))
+            .chain(snapshot.broken.iter().zip(snapshot.broken_changes.iter().copied()));
+        for (key, change) in written {
+            if let Some(entry) = self.shard(key).get_mut(key) {
+                entry.written = entry.written.max(change);
+            }
+        }
+    }
+
+    /// Views remembered.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len())
+            .sum()
+    }
+
+    /// True when no view is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ingest::{EndReason, EventType};
+
+    fn key(session: &str) -> Key {
+        Key {
+            owner: "o".into(),
+            session: session.into(),
+        }
+    }
+
+    fn dims(first_ts_ms: i64) -> BatchDims {
+        BatchDims {
+            first_ts_ms,
+            sdk: Some("sdk".into()),
+            ..BatchDims::default()
+        }
+    }
+
+    fn batch(evs: &[Event]) -> (Vec<Event>, BatchDims) {
+        let first = evs.iter().map(|e| e.ts_ms).min().unwrap_or(0);
+        (evs.to_vec(), dims(first))
+    }
+
+    const LONG: Duration = Duration::from_secs(3_600);
+
+    #[test]
+    fn batches_in_order_give_the_view_derived_from_all_their_events() {
+        let live = LiveViews::new(7);
+        let b1 = [
+            Event::playback_start(1_000, Some(400.0)),
+            Event::quality_change(1_000, 2e6, true),
+        ];
+        // Unsorted within a batch, with a duplicate: the first of each (ts, type) is kept.
+        let b2 = [
+            Event::new(5_000, EventType::RebufferEnd),
+            Event::new(3_000, EventType::RebufferStart),
+            Event::new(3_000, EventType::RebufferStart),
+        ];
+        let b3 = [Event::session_end(9_000, EndReason::Ended)];
+        for b in [&b1[..], &b2, &b3] {
+            let (evs, d) = batch(b);
+            live.take(key("s"), evs, &d);
+        }
+        let snap = live.snapshot(LONG);
+        assert!(snap.broken.is_empty());
+        assert_eq!(snap.views.len(), 1);
+        let all: Vec<Event> = [&b1[..], &b2, &b3].concat();
+        let ds = [dims(1_000), dims(3_000), dims(9_000)];
+        let expected = View::derive("s", &all, &ds).expect("view");
+        let v = &snap.views[0];
+        assert_eq!(v.view, expected);
+        assert_eq!((v.records, v.events, v.checked), (3, 5, false));
+        assert_eq!(v.view.rebuffer_count, 1);
+        assert_eq!(v.view.dims.sdk.as_deref(), Some("sdk"));
+    }
+
+    #[test]
+    fn an_out_of_order_overlapping_or_retried_batch_breaks_the_view() {
+        let live = LiveViews::new(7);
+        let first = [Event::playback_start(1_000, None)];
+        let second = [Event::new(2_000, EventType::PlaybackPause)];
+        for (name, late) in [
+            ("earlier events", vec![Event::new(500, EventType::RebufferStart)]),
+            ("the same batch again", second.to_vec()),
+            (
+                "overlapping",
+                vec![
+                    Event::new(2_000, EventType::PlaybackPause),
+                    Event::new(3_000, EventType::PlaybackResume),
+                ],
+            ),
+        ] {
+            let k = key(name);
+            for b in [&first[..], &second] {
+                let (evs, d) = batch(b);
+                live.take(k.clone(), evs, &d);
+            }
+            assert!(live.holds(&k), "{name}");
+            let (evs, d) = batch(&late);
+            live.take(k.clone(), evs, &d);
+            assert!(!live.holds(&k), "{name}");
+        }
+        let snap = live.snapshot(LONG);
+        assert!(snap.views.is_empty());
+        assert_eq!(snap.broken.len(), 3);
+        // Broken stays broken, even for a batch in order.
+        let k = key("earlier events");
+        let (evs, d) = batch(&[Event::new(60_000, EventType::PlaybackResume)]);
+        live.take(k.clone(), evs, &d);
+        assert!(!live.holds(&k));
+    }
+
+    #[test]
+    fn a_batch_starting_where_the_last_one_started_breaks_the_view() {
+        // Its events may all come after the last one taken and still tie on the earliest
+        // ts with the previous batch, whose order the store breaks by write sequence.
+        let live = LiveViews::new(7);
+        let k = key("s");
+        live.take(k.clone(), vec![Event::playback_start(1_000, None)], &dims(1_000));
+        live.take(
+            k.clone(),
+            vec![Event::new(1_000, EventType::PlaybackPause)],
+            &dims(1_000),
+        );
+        assert!(!live.holds(&k));
+    }
+
+    #[test]
+    fn a_failed_write_breaks_the_view_even_one_memory_never_saw() {
+        let live = LiveViews::new(7);
+        live.take(key("a"), vec![Event::playback_start(1, None)], &dims(1));
+        live.taint(key("a"));
+        live.taint(key("b"));
+        assert!(!live.holds(&key("a")));
+        assert!(!live.holds(&key("b")));
+        let mut broken = live.snapshot(LONG).broken;
+        broken.sort();
+        assert_eq!(broken, vec![key("a"), key("b")]);
+    }
+
+    #[test]
+    fn a_committed_snapshot_leaves_only_what_changed_since() {
+        let live = LiveViews::new(7);
+        live.take(key("a"), vec![Event::playback_start(1, None)], &dims(1));
+        live.take(key("b"), vec![Event::playback_start(1, None)], &dims(1));
+        let first = live.snapshot(LONG);
+        assert_eq!(first.views.len(), 2);
+        // A batch after the snapshot was taken: still to write after the commit.
+        live.take(
+            key("a"),
+            vec![Event::new(5, EventType::PlaybackPause)],
+            &dims(5),
+        );
+        live.commit(&first);
+        let second = live.snapshot(LONG);
+        assert_eq!(second.views.len(), 1);
+        assert_eq!(second.views[0].key, key("a"));
+        assert_eq!(second.views[0].records, 2);
+        // A snapshot not committed (a failed step) is taken again.
+        let third = live.snapshot(LONG);
+        assert_eq!(third.views, second.views);
+        live.commit(&third);
+        assert!(live.snapshot(LONG).views.is_empty());
+    }
+
+    #[test]
+    fn checks_and_breaks_from_the_refresher_stick() {
+        let live = LiveViews::new(7);
+        live.take(key("a"), vec![Event::playback_start(1, None)], &dims(1));
+        live.take(key("b"), vec![Event::playback_start(1, None)], &dims(1));
+        live.check_views([&key("a")]);
+        live.break_views([&key("b")]);
+        let snap = live.snapshot(LONG);
+        assert_eq!(snap.views.len(), 1);
+        assert!(snap.views[0].checked);
+        assert_eq!(snap.broken, vec![key("b")]);
+    }
+
+    #[test]
+    fn idle_views_are_forgotten() {
+        let live = LiveViews::new(7);
+        live.take(key("a"), vec![Event::playback_start(1, None)], &dims(1));
+        live.break_views([&key("a")]);
+        assert_eq!(live.len(), 1);
+        assert!(live.snapshot(Duration::ZERO).views.is_empty());
+        assert!(live.is_empty());
+        // Back after being forgotten: a new view, unchecked, not broken.
+        live.take(key("a"), vec![Event::new(9, EventType::PlaybackPause)], &dims(9));
+        let snap = live.snapshot(LONG);
+        assert_eq!(snap.views.len(), 1);
+        assert!(!snap.views[0].checked);
+        assert_eq!(snap.views[0].records, 1);
+    }
+}

@@ -75,7 +75,7 @@ impl Server {
             .context("cannot open DATABASE_URL")?;
         let guard = Guard::with_system_resolver(config.allow_private.0.clone())
             .context("cannot set up the DNS resolver")?;
-        let (sink, connect, analytics) = open_sink(&config).await?;
+        let (sink, connect, analytics, live) = open_sink(&config).await?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             database = ?db.engine,
@@ -101,6 +101,7 @@ impl Server {
             writer: writer.handle(),
             sink,
             analytics: analytics.clone(),
+            live: live.clone(),
             user_agents: ingest::UaCache::new(10_000),
             db: db.clone(),
         });
@@ -122,7 +123,7 @@ impl Server {
         tasks.service(
             "qoe refresher",
             ok(analytics::refresh::run(
-                analytics,
+                analytics::Refresher::new(analytics).with_live(live),
                 config.qoe_refresh,
                 stop.clone(),
             )),
@@ -321,9 +322,16 @@ pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
 /// The telemetry store behind its circuit breaker, and how its supervisor (re)connects:
 /// ClickHouse when configured (connected in the background, so the service starts while it
 /// is down), else `<data-dir>/telemetry.db`, which must open now.
-async fn open_sink(
-    config: &Config,
-) -> anyhow::Result<(SupervisedSink, Connector, analytics::Store)> {
+/// The telemetry store: its breaker, how to (re)connect it, its reads, and (ClickHouse)
+/// the live views its refresher writes from memory.
+type TelemetryStore = (
+    SupervisedSink,
+    Connector,
+    analytics::Store,
+    Option<Arc<analytics::LiveViews>>,
+);
+
+async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
     let timing = SupervisorTiming::default();
     match &config.clickhouse_url {
         Some(url) => {
@@ -334,6 +342,8 @@ async fn open_sink(
             let sink = SupervisedSink::new("clickhouse", 2, timing);
             // Reads share the breaker: they fail at once while the store is down.
             let store = analytics::Store::clickhouse(ch.client()).guarded_by(sink.clone());
+            // Its records carry the config's writer id: reconnects keep it.
+            let live = Arc::new(analytics::LiveViews::new(ch.writer));
             // Connecting creates the database if needed and applies the migrations.
             let connect: Connector = Box::new(move || {
                 let ch = ch.clone();
@@ -342,7 +352,7 @@ async fn open_sink(
                     Ok(sink)
                 })
             });
-            Ok((sink, connect, store))
+            Ok((sink, connect, store, Some(live)))
         }
         None => {
             let sqlite = SqliteSink::open_in_dir(&config.data_dir)
@@ -356,7 +366,7 @@ async fn open_sink(
                 let opened = Arc::clone(&opened);
                 Box::pin(async move { Ok(opened) })
             });
-            Ok((sink, connect, store))
+            Ok((sink, connect, store, None))
         }
     }
 }

@@ -33,9 +33,9 @@ pub mod store;
 pub mod view;
 
 pub use dims::{BatchDims, Dims, DimsFold, UserAgent};
-pub use live::LiveViews;
 pub use event::{dedup, Event};
 pub use ingest::{SessionSummary, StoredEvent, TypeCounts};
+pub use live::LiveViews;
 pub use metrics::Aggregate;
 pub use query::{
     BreakdownQuery, Dimension, Filters, Granularity, Measurement, Metric, OverviewQuery,

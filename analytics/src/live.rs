@@ -244,11 +244,12 @@ impl LiveViews {
 
     /// The refresher wrote `snapshot`: its views need no writing until they change again.
     pub fn commit(&self, snapshot: &Snapshot) {
-        let written = snapshot
-            .views
-            .iter()
-            .map(|v| (&v.key, v.change))
-            .chain(snapshot.broken.iter().zip(snapshot.broken_changes.iter().copied()));
+        let written = snapshot.views.iter().map(|v| (&v.key, v.change)).chain(
+            snapshot
+                .broken
+                .iter()
+                .zip(snapshot.broken_changes.iter().copied()),
+        );
         for (key, change) in written {
             if let Some(entry) = self.shard(key).get_mut(key) {
                 entry.written = entry.written.max(change);
@@ -260,7 +261,11 @@ impl LiveViews {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len())
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .len()
+            })
             .sum()
     }
 
@@ -334,7 +339,10 @@ mod tests {
         let first = [Event::playback_start(1_000, None)];
         let second = [Event::new(2_000, EventType::PlaybackPause)];
         for (name, late) in [
-            ("earlier events", vec![Event::new(500, EventType::RebufferStart)]),
+            (
+                "earlier events",
+                vec![Event::new(500, EventType::RebufferStart)],
+            ),
             ("the same batch again", second.to_vec()),
             (
                 "overlapping",
@@ -370,7 +378,11 @@ mod tests {
         // ts with the previous batch, whose order the store breaks by write sequence.
         let live = LiveViews::new(7);
         let k = key("s");
-        live.take(k.clone(), vec![Event::playback_start(1_000, None)], &dims(1_000));
+        live.take(
+            k.clone(),
+            vec![Event::playback_start(1_000, None)],
+            &dims(1_000),
+        );
         live.take(
             k.clone(),
             vec![Event::new(1_000, EventType::PlaybackPause)],
@@ -439,7 +451,11 @@ mod tests {
         assert!(live.snapshot(Duration::ZERO).views.is_empty());
         assert!(live.is_empty());
         // Back after being forgotten: a new view, unchecked, not broken.
-        live.take(key("a"), vec![Event::new(9, EventType::PlaybackPause)], &dims(9));
+        live.take(
+            key("a"),
+            vec![Event::new(9, EventType::PlaybackPause)],
+            &dims(9),
+        );
         let snap = live.snapshot(LONG);
         assert_eq!(snap.views.len(), 1);
         assert!(!snap.views[0].checked);

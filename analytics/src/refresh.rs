@@ -38,10 +38,12 @@
 //! adds a record with the same content, which derives the same view.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::live::LiveViews;
 use crate::store::{AnalyticsError, Engine, Store};
 
 /// Default interval between refresh steps (`STREAMWATCH_QOE_REFRESH`).
@@ -112,8 +114,10 @@ pub struct RefreshStats {
     pub unchanged: usize,
     /// Views derived and upserted.
     pub derived: usize,
-    /// Distinct events those derivations read.
+    /// Distinct events those derivations read (or memory held).
     pub events: usize,
+    /// Of the views derived, those written from the live views' memory (ClickHouse).
+    pub live: usize,
 }
 
 /// A refresher over one store: call [`Refresher::step`] (tests drive it explicitly),
@@ -123,6 +127,7 @@ pub struct Refresher {
     store: Store,
     config: RefreshConfig,
     state: RefreshState,
+    live: Option<Arc<LiveViews>>,
 }
 
 impl Refresher {
@@ -137,7 +142,15 @@ impl Refresher {
             store,
             config,
             state: RefreshState::default(),
+            live: None,
         }
+    }
+
+    /// Writes the views `live` holds whole from memory (ClickHouse; the SQLite refresher
+    /// reads every view back).
+    pub fn with_live(mut self, live: Option<Arc<LiveViews>>) -> Self {
+        self.live = live;
+        self
     }
 
     /// Derives and upserts every view touched since the last step (see the module doc).
@@ -149,7 +162,10 @@ impl Refresher {
             ));
         }
         match &self.store.engine {
-            Engine::ClickHouse(ch) => ch.refresh_step(&mut self.state, &self.config).await,
+            Engine::ClickHouse(ch) => {
+                ch.refresh_step(&mut self.state, &self.config, self.live.as_deref())
+                    .await
+            }
             Engine::Sqlite(sq) => sq.refresh_step(&mut self.state, &self.config).await,
         }
     }
@@ -160,12 +176,10 @@ impl Refresher {
     }
 }
 
-/// Runs a refresher on `store` every `every` until `stop` turns true (or its sender is
-/// dropped); the server spawns it next to the ingest writer. A failed step is logged and
-/// retried at the next interval; a step that outlasts the interval is followed at once by
-/// the next.
-pub async fn run(store: Store, every: Duration, mut stop: watch::Receiver<bool>) {
-    let mut refresher = Refresher::new(store);
+/// Runs `refresher` every `every` until `stop` turns true (or its sender is dropped);
+/// the server spawns it next to the ingest writer. A failed step is logged and retried at
+/// the next interval; a step that outlasts the interval is followed at once by the next.
+pub async fn run(mut refresher: Refresher, every: Duration, mut stop: watch::Receiver<bool>) {
     let mut failures = 0u32;
     loop {
         if *stop.borrow() {
@@ -179,6 +193,7 @@ pub async fn run(store: Store, every: Duration, mut stop: watch::Receiver<bool>)
                     candidates = stats.candidates,
                     derived = stats.derived,
                     unchanged = stats.unchanged,
+                    live = stats.live,
                     events = stats.events,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "qoe views refreshed"

@@ -55,6 +55,9 @@ pub struct AppState {
     pub sink: ingest::SupervisedSink,
     /// Every read of telemetry (QoE routes, session read-back), under the same breaker.
     pub analytics: analytics::Store,
+    /// ClickHouse: the views this process ingests, which the ingest route feeds with every
+    /// acknowledged batch and the refresher writes from memory.
+    pub live: Option<Arc<analytics::LiveViews>>,
     /// Browser, OS and device of a User-Agent, cached (a fleet has few distinct agents).
     pub user_agents: ingest::UaCache,
 }

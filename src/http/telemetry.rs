@@ -286,8 +286,34 @@ pub async fn ingest(
     let agent = state
         .user_agents
         .classify_bytes(headers.get(header::USER_AGENT).map(|v| v.as_bytes()));
+    // The live views take the batch once it is stored: its events and record, taken here
+    // from the typed batch (no parse of what the sink stores).
+    let live = state.live.as_ref().map(|_| {
+        let events: Vec<analytics::Event> = batch
+            .events
+            .iter()
+            .map(analytics::Event::from_wire)
+            .collect();
+        events
+    });
     let (rows, record) = batch.into_write(&owner.user_id, agent);
-    match tokio::time::timeout(STORE_DEADLINE, state.writer.submit_batch(rows, record)).await {
+    let live = live.map(|events| {
+        let key = analytics::live::Key {
+            owner: record.owner.clone(),
+            session: record.session_id.clone(),
+        };
+        (key, events, analytics::BatchDims::from_record(&record, 0))
+    });
+    let stored =
+        tokio::time::timeout(STORE_DEADLINE, state.writer.submit_batch(rows, record)).await;
+    if let (Some(views), Some((key, events, dims))) = (&state.live, live) {
+        match &stored {
+            Ok(Ok(())) => views.take(key, events, &dims),
+            // Failed or timed out: some of it may be stored all the same.
+            _ => views.taint(key),
+        }
+    }
+    match stored {
         Ok(Ok(())) => {
             metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => "accepted")
                 .increment(1);

@@ -3,7 +3,7 @@
 //! upserts. Runs on ClickHouse 18.16 and current releases: client-side `?` binds,
 //! RowBinary without type validation, no function newer than 18.16 (shared/notes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clickhouse::insert::Insert;
@@ -16,6 +16,7 @@ use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
 use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
+use crate::live::{self, Key, LiveView, LiveViews};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
 use crate::refresh::{RecentRecords, RefreshConfig, RefreshState, RefreshStats};
@@ -365,6 +366,11 @@ struct EventReadRow {
 }
 
 #[derive(Row, Deserialize)]
+struct SessionOnly {
+    session_id: String,
+}
+
+#[derive(Row, Deserialize)]
 struct WindowCount {
     owner: String,
     session_id: String,
@@ -374,6 +380,8 @@ struct WindowCount {
     next_ahead: u64,
     /// Records read (those in late seconds included).
     n: u64,
+    /// Of those, records another writer stored (not this process's live views').
+    foreign: u64,
 }
 
 /// Records of one second of `written_at`.
@@ -778,7 +786,11 @@ impl ChStore {
         &self,
         state: &mut RefreshState,
         cfg: &RefreshConfig,
+        live: Option<&LiveViews>,
     ) -> Result<RefreshStats, AnalyticsError> {
+        // What the live views hold, taken before the Buffer's flush: every record of a
+        // batch taken is then visible to the reads below.
+        let snapshot = live.map(|l| l.snapshot(live::IDLE)).unwrap_or_default();
         // Records reach `view_batches` through a Buffer table (migration 0003), which
         // writes them out every second or two; flushing it first makes every record
         // inserted so far visible now, so freshness does not wait for the Buffer. The
@@ -882,12 +894,13 @@ impl ChStore {
             .query(&format!(
                 "SELECT owner, session_id, toUInt64(countIf(written_at >= toDateTime(?))) AS ahead, \
                  toUInt64(countIf(written_at >= toDateTime(?))) AS next_ahead, \
-                 toUInt64(count()) AS n FROM view_batches \
+                 toUInt64(count()) AS n, toUInt64(countIf(writer != ?)) AS foreign FROM view_batches \
                  WHERE written_at >= toDateTime(?) AND {filter} \
                  GROUP BY owner, session_id ORDER BY owner, session_id"
             ))
             .bind(watermark)
             .bind(started)
+            .bind(live.map_or(0, LiveViews::writer))
             .bind(since)
             .bind(from)
             .fetch_all::<WindowCount>()
@@ -896,6 +909,7 @@ impl ChStore {
         let mut stats = RefreshStats::default();
         let mut ahead = HashMap::new();
         let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut foreign: HashSet<(String, String)> = HashSet::new();
         for k in keys {
             let key = (k.owner, k.session_id);
             // A record in a late second, or more records since the last step started than
@@ -905,7 +919,19 @@ impl ChStore {
             });
             stats.candidates += 1;
             stats.unchanged += usize::from(!grew);
-            if grew {
+            if k.foreign > 0 {
+                foreign.insert(key.clone());
+            }
+            // A view the live views hold whole is written from memory, now or at the next
+            // step (a batch acknowledged after the snapshot); anything else is read back.
+            let held = k.foreign == 0
+                && live.is_some_and(|l| {
+                    l.holds(&Key {
+                        owner: key.0.as_str().into(),
+                        session: key.1.as_str().into(),
+                    })
+                });
+            if grew && !held {
                 by_owner
                     .entry(key.0.clone())
                     .or_default()
@@ -915,12 +941,53 @@ impl ChStore {
                 ahead.insert(key, k.next_ahead);
             }
         }
+        // The snapshot's views: those memory may hold whole are written from it once
+        // checked; the rest are read back.
+        let mut read_back: Vec<Key> = snapshot.broken.clone();
+        let mut from_memory = Vec::new();
+        for v in &snapshot.views {
+            let key = (v.key.owner.to_string(), v.key.session.to_string());
+            // A view spanning more days than get a tombstone needs its stored rows' days,
+            // which the read-back path reads.
+            let long = day_of(v.view.ended_at) - day_of(v.view.started_at) > MAX_TOMBSTONE_DAYS;
+            if restarted || foreign.contains(&key) || long {
+                read_back.push(v.key.clone());
+            } else {
+                from_memory.push(v);
+            }
+        }
+        if let Some(l) = live {
+            l.break_views(read_back.iter().filter(|k| !snapshot.broken.contains(k)));
+        }
         // After this refresher's own last step every candidate grew, so comparing with the
         // stored views' record counts would skip nothing: that read is left out then.
         let skip_unchanged = previous.is_none();
-        if !by_owner.is_empty() {
+        if !by_owner.is_empty() || !read_back.is_empty() || !from_memory.is_empty() {
             let set = SessionSet::open(&self.client).await?;
-            for (owner, sessions) in &by_owner {
+            // A view memory first writes must have had no record before memory's first.
+            let (checked, failed) = self
+                .check_new_views(&set, &from_memory, since, live)
+                .await?;
+            if let Some(l) = live {
+                l.check_views(checked.iter());
+                l.break_views(failed.iter());
+            }
+            let failed: HashSet<&Key> = failed.iter().collect();
+            let (memory, unchecked): (Vec<&LiveView>, Vec<&LiveView>) = from_memory
+                .into_iter()
+                .partition(|v| !failed.contains(&v.key));
+            read_back.extend(unchecked.into_iter().map(|v| v.key.clone()));
+            self.write_live(memory, &mut stats).await?;
+            for k in read_back {
+                by_owner
+                    .entry(k.owner.to_string())
+                    .or_default()
+                    .push(k.session.to_string());
+            }
+            for (owner, sessions) in &mut by_owner {
+                // Sorted, once each: the chunks' reads are narrow ranges of the sort key.
+                sessions.sort_unstable();
+                sessions.dedup();
                 for chunk in sessions.chunks(cfg.chunk.max(1)) {
                     self.refresh_chunk(&set, owner, chunk, skip_unchanged, &mut stats)
                         .await?;
@@ -929,6 +996,9 @@ impl ChStore {
             set.close().await;
         }
         self.write_state(WATERMARK, started).await?;
+        if let Some(l) = live {
+            l.commit(&snapshot);
+        }
         state.watermark = Some(started);
         // Only a completed step's counts: after a failed one, the next step compares
         // with the last completed step again (from its window start).
@@ -938,6 +1008,91 @@ impl ChStore {
             ahead,
         });
         Ok(stats)
+    }
+
+    /// The live views of `views` not checked yet: those that had no record before
+    /// memory's first (none by another writer, none of this one's older than the step's
+    /// window, which a view forgotten and back again would have) are checked; the others
+    /// are not whole in memory. Returns (checked, failed). With time-ordered session ids
+    /// (SDK 0.2.0) views new to memory are the newest ids: a narrow range of the sort key.
+    async fn check_new_views(
+        &self,
+        set: &SessionSet,
+        views: &[&LiveView],
+        since: i64,
+        live: Option<&LiveViews>,
+    ) -> Result<(Vec<Key>, Vec<Key>), AnalyticsError> {
+        let Some(live) = live else {
+            return Ok(Default::default());
+        };
+        let mut by_owner: BTreeMap<&str, Vec<&Key>> = BTreeMap::new();
+        for v in views.iter().filter(|v| !v.checked) {
+            by_owner.entry(&v.key.owner).or_default().push(&v.key);
+        }
+        let (mut checked, mut failed) = (Vec::new(), Vec::new());
+        for (owner, mut keys) in by_owner {
+            keys.sort_unstable();
+            for chunk in keys.chunks(100_000) {
+                let sessions: Vec<&str> = chunk.iter().map(|k| &*k.session).collect();
+                set.load(&sessions).await?;
+                let older: HashSet<String> = set
+                    .query(&format!(
+                        "SELECT session_id FROM view_batches WHERE owner = ? \
+                         AND session_id IN {SESSION_SET} \
+                         AND (writer != ? OR written_at < toDateTime(?)) GROUP BY session_id"
+                    ))
+                    .bind(owner)
+                    .bind(live.writer())
+                    .bind(since)
+                    .fetch_all::<SessionOnly>()
+                    .await
+                    .map_err(map_err)?
+                    .into_iter()
+                    .map(|r| r.session_id)
+                    .collect();
+                for k in chunk {
+                    if older.contains(&*k.session) {
+                        failed.push((*k).clone());
+                    } else {
+                        checked.push((*k).clone());
+                    }
+                }
+            }
+        }
+        Ok((checked, failed))
+    }
+
+    /// Writes views from the live views' memory (none spans more days than get a
+    /// tombstone), with the version their batches and events give.
+    async fn write_live(
+        &self,
+        views: Vec<&LiveView>,
+        stats: &mut RefreshStats,
+    ) -> Result<(), AnalyticsError> {
+        let now = now_ms();
+        let (mut insert, mut rows, mut long) = (None, Vec::with_capacity(WRITE_BATCH), Vec::new());
+        let no_days = HashMap::new();
+        stats.live += views.len();
+        for v in views {
+            rows.push(ViewRow::new(
+                &v.key.owner,
+                v.view.clone(),
+                v.records,
+                v.events,
+                now,
+            ));
+            if rows.len() >= WRITE_BATCH {
+                self.write_views(&mut insert, &mut rows, &mut long, &no_days, stats)
+                    .await?;
+            }
+        }
+        self.write_views(&mut insert, &mut rows, &mut long, &no_days, stats)
+            .await?;
+        debug_assert!(long.is_empty(), "long views are read back");
+        match insert {
+            Some(insert) => insert.end().await.map_err(map_err),
+            None => Ok(()),
+        }
     }
 
     async fn write_state(&self, name: &str, value: i64) -> Result<(), AnalyticsError> {

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use analytics::fleet::Fleet;
-use analytics::{Refresher, Store};
+use analytics::live::Key;
+use analytics::{BatchDims, Event, LiveViews, Refresher, Store};
 use ingest::{ClickHouseConfig, ClickHouseSink, EventSink, SinkWrite, SqliteSink, UaCache};
 use rand::Rng;
 
@@ -31,19 +32,22 @@ pub struct Engine {
     pub store: Store,
     pub database: Option<String>,
     pub dir: Option<tempfile::TempDir>,
+    /// ClickHouse as the server runs it: the live views take every batch written with
+    /// [`write_fleet`], and the refresher writes what they hold from memory.
+    pub live: Option<Arc<LiveViews>>,
 }
 
 impl Engine {
-    /// A refresher over this engine's store.
+    /// A refresher over this engine's store (with its live views).
     pub fn refresher(&self) -> Refresher {
-        Refresher::new(self.store.clone())
+        Refresher::new(self.store.clone()).with_live(self.live.clone())
     }
 
     /// Runs refresh steps until one finds nothing new (tests drive the refresher
     /// explicitly; no sleeping).
-    pub async fn refresh(&self) {
+    pub async fn refresh(&self) -> analytics::RefreshStats {
         let mut r = self.refresher();
-        r.step().await.expect("refresh step");
+        r.step().await.expect("refresh step")
     }
 
     /// A raw ClickHouse client on this engine's database (ClickHouse only).
@@ -113,6 +117,7 @@ pub async fn sqlite() -> Engine {
         sink: Arc::new(sink),
         database: None,
         dir: Some(dir),
+        live: None,
     }
 }
 
@@ -128,26 +133,62 @@ pub async fn clickhouse() -> Engine {
         sink: Arc::new(sink),
         database: Some(config.database),
         dir: None,
+        live: None,
     }
 }
 
-/// Both engines.
-pub async fn both() -> Vec<Engine> {
-    vec![sqlite().await, clickhouse().await]
+/// A fresh ClickHouse engine with live views, as the server runs it.
+pub async fn clickhouse_live() -> Engine {
+    let e = clickhouse().await;
+    let config = ClickHouseConfig::new(clickhouse_url(), e.database.clone().unwrap_or_default());
+    // Another sink on the same database, so the live views know its writer id.
+    let sink = ClickHouseSink::connect(&config).await.expect("connect");
+    Engine {
+        name: "clickhouse live",
+        sink: Arc::new(sink),
+        live: Some(Arc::new(LiveViews::new(config.writer))),
+        ..e
+    }
 }
 
-/// Writes `fleet` for `owner` through `sink`, in fleet order, `per_write` batches per
+/// Both engines, ClickHouse with and without live views.
+pub async fn both() -> Vec<Engine> {
+    vec![sqlite().await, clickhouse().await, clickhouse_live().await]
+}
+
+/// What the ingest route gives `live` for a stored batch: its key, events and dims.
+pub fn taken(
+    b: &analytics::fleet::GenBatch,
+    record: &ingest::BatchRecord,
+) -> (Key, Vec<Event>, BatchDims) {
+    let key = Key {
+        owner: record.owner.clone(),
+        session: record.session_id.clone(),
+    };
+    let events = b.events.iter().map(Event::from_stored).collect();
+    (key, events, BatchDims::from_record(record, 0))
+}
+
+/// Writes `fleet` for `owner` through `e`'s sink, in fleet order, `per_write` batches per
 /// sink write (as the group-commit writer gathers them), each batch's `User-Agent`
-/// classified as the ingest route does.
-pub async fn write_fleet(sink: &Arc<dyn EventSink>, owner: &str, fleet: &Fleet, per_write: usize) {
+/// classified as the ingest route does; the engine's live views take each written batch,
+/// as the route does once its write is acknowledged.
+pub async fn write_fleet(e: &Engine, owner: &str, fleet: &Fleet, per_write: usize) {
     let ua = UaCache::default();
     for chunk in fleet.batches.chunks(per_write.max(1)) {
         let mut write = SinkWrite::default();
+        let mut taken_batches = Vec::new();
         for b in chunk {
             let (rows, record) = b.to_write(owner, ua.classify(b.user_agent.as_deref()));
+            taken_batches.push(taken(b, &record));
             write.rows.extend(rows);
             write.batches.push(record);
         }
-        sink.write(write).await.expect("write fleet");
+        e.sink.write(write).await.expect("write fleet");
+        if let Some(live) = &e.live {
+            for (key, events, dims) in taken_batches {
+                live.take(key, events, &dims);
+            }
+        }
     }
 }

@@ -27,7 +27,7 @@ use analytics::query::{
     BreakdownQuery, Dimension, Filters, Format, Granularity, Measurement, Metric, OrderBy,
     OverviewQuery, StreamIds, TimeRange, TimelineQuery, TimeseriesQuery, ViewsQuery, DAY_MS,
 };
-use analytics::{Refresher, Store};
+use analytics::{LiveViews, Refresher, Store};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use ingest::{EventSink, SinkWrite, UaCache};
@@ -177,20 +177,26 @@ const OWNER: &str = "bench-owner";
 /// 2024-05-01T00:00:00.000Z
 const START: i64 = 1_714_521_600_000;
 
-async fn open(a: &StoreArgs) -> Result<(Arc<dyn EventSink>, Store)> {
+/// The sink, the store and (ClickHouse) the live views the server would have.
+async fn open(a: &StoreArgs) -> Result<(Arc<dyn EventSink>, Store, Option<Arc<LiveViews>>)> {
     match a.engine {
         EngineArg::Clickhouse => {
             let config = ingest::ClickHouseConfig::new(&a.clickhouse_url, &a.database);
             let sink = ingest::ClickHouseSink::connect(&config)
                 .await
                 .context("clickhouse")?;
-            Ok((Arc::new(sink), Store::clickhouse(config.client())))
+            let live = Arc::new(LiveViews::new(config.writer));
+            Ok((
+                Arc::new(sink),
+                Store::clickhouse(config.client()),
+                Some(live),
+            ))
         }
         EngineArg::Sqlite => {
             let sink = ingest::SqliteSink::open_in_dir(&a.data_dir)
                 .await
                 .context("sqlite")?;
-            Ok((Arc::new(sink.clone()), Store::sqlite(sink)))
+            Ok((Arc::new(sink.clone()), Store::sqlite(sink), None))
         }
     }
 }
@@ -261,7 +267,8 @@ async fn load(sink: &Arc<dyn EventSink>, a: &RoutesArgs) -> Result<(usize, usize
 }
 
 async fn routes(a: RoutesArgs) -> Result<()> {
-    let (sink, store) = open(&a.store).await?;
+    // Loaded straight into the sink: the refresher reads every view back.
+    let (sink, store, _) = open(&a.store).await?;
     if a.views > 0 {
         let t = Instant::now();
         let (events, batches) = load(&sink, &a).await?;
@@ -418,12 +425,14 @@ fn ingest_batches() -> Vec<analytics::fleet::GenBatch> {
 }
 
 async fn ingest(a: IngestArgs) -> Result<()> {
-    let (sink, store) = open(&a.store).await?;
+    let (sink, store, live) = open(&a.store).await?;
+    // As the server: the live views take every acknowledged batch when the refresher runs.
+    let live = live.filter(|_| a.rollups);
     let writer = ingest::BatchWriter::spawn(sink.clone(), ingest::WriterConfig::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let refresher = a.rollups.then(|| {
         tokio::spawn(analytics::refresh::run(
-            store.clone(),
+            Refresher::new(store.clone()).with_live(live.clone()),
             Duration::from_secs_f64(a.every),
             stop_rx,
         ))
@@ -457,6 +466,7 @@ async fn ingest(a: IngestArgs) -> Result<()> {
         let ack_tx = ack_tx.clone();
         let batches = batches.clone();
         let ua = ua.clone();
+        let live = live.clone();
         tasks.push(tokio::spawn(async move {
             let mut events = 0u64;
             let mut i = w;
@@ -481,7 +491,22 @@ async fn ingest(a: IngestArgs) -> Result<()> {
                     next += Duration::from_secs_f64(n as f64 / r);
                     tokio::time::sleep_until(next.into()).await;
                 }
-                if h.submit_batch(rows, record).await.is_ok() {
+                let taken = live.as_ref().map(|_| {
+                    let key = analytics::live::Key {
+                        owner: record.owner.clone(),
+                        session: record.session_id.clone(),
+                    };
+                    let events = b.events.iter().map(analytics::Event::from_stored).collect();
+                    (key, events, analytics::BatchDims::from_record(&record, 0))
+                });
+                let stored = h.submit_batch(rows, record).await;
+                if let (Some(l), Some((key, events, dims))) = (&live, taken) {
+                    match &stored {
+                        Ok(()) => l.take(key, events, &dims),
+                        Err(_) => l.taint(key),
+                    }
+                }
+                if stored.is_ok() {
                     events += n;
                     if per_submitter_rate.is_some() && i % 50 == 0 {
                         let _ = ack_tx.send((b.session_id.clone(), Instant::now()));

@@ -14,7 +14,8 @@
 //!   may be stored all the same), make the view *broken* for as long as it is remembered;
 //! - no other writer stored a record of the view: the refresher checks the writer of the
 //!   records of its window (`view_batches.writer`, [`LiveViews::writer`]), and, the first
-//!   time it writes a view from memory, that the view had no record before its window;
+//!   time it writes a view from memory, that the view had no record by anyone else, nor
+//!   one of this process's from before memory took its first batch;
 //! - a view is forgotten after [`IDLE`] without a batch, longer than the refresher's
 //!   window, so a view that comes back later is checked as a new one.
 
@@ -62,6 +63,8 @@ struct Entry {
     changes: u64,
     written: u64,
     touched: Instant,
+    /// When memory took the view's first batch.
+    created: Instant,
 }
 
 impl Entry {
@@ -76,6 +79,7 @@ impl Entry {
             changes: 0,
             written: 0,
             touched: now,
+            created: now,
         }
     }
 }
@@ -93,6 +97,8 @@ pub struct LiveView {
     pub events: u64,
     /// The refresher already found no record of it before memory's first.
     pub checked: bool,
+    /// How long before the snapshot memory took the view's first batch.
+    pub age: Duration,
     change: u64,
 }
 
@@ -234,6 +240,7 @@ impl LiveViews {
                         records: e.records,
                         events: e.fold.events(),
                         checked: e.checked,
+                        age: now.duration_since(e.created),
                         change: e.changes,
                     });
                 }
@@ -424,7 +431,13 @@ mod tests {
         assert_eq!(second.views[0].records, 2);
         // A snapshot not committed (a failed step) is taken again.
         let third = live.snapshot(LONG);
-        assert_eq!(third.views, second.views);
+        let unaged = |s: &Snapshot| -> Vec<(Key, View, u64)> {
+            s.views
+                .iter()
+                .map(|v| (v.key.clone(), v.view.clone(), v.records))
+                .collect()
+        };
+        assert_eq!(unaged(&third), unaged(&second));
         live.commit(&third);
         assert!(live.snapshot(LONG).views.is_empty());
     }

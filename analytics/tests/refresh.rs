@@ -1,15 +1,18 @@
-//! The refresher on both engines: a view touched again later is derived again, a retried
-//! batch changes nothing, a restarted refresher (fresh state) picks up where the
-//! persisted watermark says, several refreshers agree, and on ClickHouse a record that
-//! became visible late (inside the margin) is still derived, and a stale upsert never
-//! replaces a newer one.
+//! The refresher on both engines (ClickHouse with and without live views): a view touched
+//! again later is derived again, a retried batch changes nothing, a restarted refresher
+//! (fresh state) picks up where the persisted watermark says, several refreshers agree,
+//! and on ClickHouse a record that became visible late (inside the margin) is still
+//! derived, and a stale upsert never replaces a newer one. With live views, a view is
+//! written from memory only while memory holds it whole: another writer's record, a
+//! restarted process, a view memory forgot and a failed write each read it back.
 
 mod common;
 
 use std::sync::Arc;
 
+use analytics::live::Key;
 use analytics::query::{Filters, Format, StreamIds, TimeRange, ViewsQuery};
-use analytics::{RefreshConfig, Refresher};
+use analytics::{BatchDims, Event, LiveViews, RefreshConfig, Refresher};
 use common::Engine;
 use ingest::{BatchRecord, Context, EventRow, EventType, SinkWrite, UaClass};
 
@@ -60,7 +63,10 @@ fn record(session: &str, rows: &[EventRow], sdk: &str) -> BatchRecord {
     }
 }
 
+/// Writes through the engine's sink; its live views (ClickHouse as the server runs it)
+/// take each record's batch, as the ingest route does once the write is acknowledged.
 async fn write(e: &Engine, rows: Vec<EventRow>, records: Vec<BatchRecord>) {
+    let taken: Vec<_> = records.iter().map(|r| taken(r, &rows)).collect();
     e.sink
         .write(SinkWrite {
             rows,
@@ -68,6 +74,26 @@ async fn write(e: &Engine, rows: Vec<EventRow>, records: Vec<BatchRecord>) {
         })
         .await
         .expect("write");
+    if let Some(live) = &e.live {
+        for (key, events, dims) in taken {
+            live.take(key, events, &dims);
+        }
+    }
+}
+
+/// What the ingest route gives the live views for `record`'s batch: its key, the events
+/// of its session among `rows`, its dimensions.
+fn taken(record: &BatchRecord, rows: &[EventRow]) -> (Key, Vec<Event>, BatchDims) {
+    let key = Key {
+        owner: record.owner.clone(),
+        session: record.session_id.clone(),
+    };
+    let events = rows
+        .iter()
+        .filter(|r| r.session_id == record.session_id)
+        .map(|r| Event::parse(r.ts_ms, r.event_type, &r.payload))
+        .collect();
+    (key, events, BatchDims::from_record(record, 0))
 }
 
 async fn batch(e: &Engine, session: &str, rows: Vec<EventRow>, sdk: &str) {
@@ -676,4 +702,197 @@ async fn a_step_over_thousands_of_long_session_ids() {
         assert_eq!(ov.metrics.watch_time_ms, n as i64 * 5_000, "{}", e.name);
     })
     .await;
+}
+
+/// A second writer on `e`'s ClickHouse database: another instance, or this one restarted
+/// (a new process is a new writer), with live views of its own.
+async fn other_writer(e: &Engine) -> Engine {
+    let config = ingest::ClickHouseConfig::new(
+        common::clickhouse_url(),
+        e.database.clone().expect("ClickHouse"),
+    );
+    let sink = ingest::ClickHouseSink::connect(&config)
+        .await
+        .expect("connect");
+    Engine {
+        name: "another writer",
+        sink: Arc::new(sink),
+        store: e.store.clone(),
+        database: e.database.clone(),
+        dir: None,
+        live: Some(Arc::new(LiveViews::new(config.writer))),
+    }
+}
+
+fn pause(session: &str, offset_ms: i64) -> EventRow {
+    row(
+        session,
+        offset_ms,
+        EventType::PlaybackPause,
+        r#"{"positionMs":1,"bufferedMs":2}"#,
+    )
+}
+
+#[tokio::test]
+async fn clickhouse_live_views_follow_each_batch_without_reading_it_back() {
+    let e = common::clickhouse_live().await;
+    let mut r = e.refresher();
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    let stats = r.step().await.expect("step");
+    assert_eq!((stats.derived, stats.live), (1, 1), "{stats:?}");
+    batch(&e, "s1", vec![pause("s1", 5_000)], "sdk").await;
+    batch(&e, "s1", vec![end("s1", 9_000)], "sdk").await;
+    let stats = r.step().await.expect("step");
+    assert_eq!(
+        (stats.derived, stats.live, stats.events),
+        (1, 1, 3),
+        "{stats:?}"
+    );
+    let s1 = view_of(&views_json(&e).await, "s1");
+    assert_eq!(s1["endedAt"], "2024-05-01T00:00:09.000Z");
+    assert_eq!(s1["watchTimeMs"], 5_000);
+    assert_eq!(s1["sdk"], "sdk");
+    // Nothing new: nothing written, from memory or otherwise.
+    let idle = r.step().await.expect("step");
+    assert_eq!((idle.derived, idle.live), (0, 0), "{idle:?}");
+    e.finish().await;
+}
+
+#[tokio::test]
+async fn clickhouse_a_view_another_writer_wrote_to_is_read_back() {
+    let e = common::clickhouse_live().await;
+    let other = other_writer(&e).await;
+    let mut r = e.refresher();
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    assert_eq!(r.step().await.expect("step").live, 1);
+    // Another instance took the next batch: this one's memory is not the whole view.
+    batch(&other, "s1", vec![pause("s1", 4_000)], "sdk").await;
+    let stats = r.step().await.expect("step");
+    assert_eq!((stats.derived, stats.live), (1, 0), "{stats:?}");
+    assert_eq!(
+        view_of(&views_json(&e).await, "s1")["endedAt"],
+        "2024-05-01T00:00:04.000Z"
+    );
+    // And stays so: its next batch here is read back with the other's.
+    batch(&e, "s1", vec![end("s1", 9_000)], "sdk").await;
+    let stats = r.step().await.expect("step");
+    assert_eq!((stats.derived, stats.live), (1, 0), "{stats:?}");
+    let s1 = view_of(&views_json(&e).await, "s1");
+    assert_eq!(s1["endedAt"], "2024-05-01T00:00:09.000Z");
+    assert_eq!(s1["pausedMs"], 5_000);
+    e.finish().await;
+}
+
+#[tokio::test]
+async fn clickhouse_a_restarted_process_reads_back_the_views_it_saw_only_part_of() {
+    let e = common::clickhouse_live().await;
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    batch(&e, "s2", vec![start("s2", 0)], "sdk").await;
+    assert_eq!(e.refresher().step().await.expect("step").live, 2);
+    // The process restarts: a new writer, empty live views, a fresh refresher.
+    let restarted = other_writer(&e).await;
+    let mut r = restarted.refresher();
+    batch(&restarted, "s1", vec![end("s1", 9_000)], "sdk").await;
+    batch(&restarted, "s3", vec![start("s3", 0)], "sdk").await;
+    let stats = r.step().await.expect("step");
+    // s1 had a record by the old process: read back whole. s3 is new: from memory.
+    // (s2, untouched since, is skipped or derived again unchanged.)
+    assert_eq!(stats.live, 1, "{stats:?}");
+    let v = views_json(&e).await;
+    let s1 = view_of(&v, "s1");
+    assert_eq!(s1["startedAt"], "2024-05-01T00:00:00.000Z");
+    assert_eq!(s1["endedAt"], "2024-05-01T00:00:09.000Z");
+    assert_eq!(s1["watchTimeMs"], 9_000);
+    assert_eq!(view_of(&v, "s3")["started"], true);
+    e.finish().await;
+}
+
+#[tokio::test]
+async fn clickhouse_a_view_memory_forgot_is_checked_against_its_older_records() {
+    let e = common::clickhouse_live().await;
+    let writer = e.live.as_ref().expect("live").writer();
+    // A batch this process stored an hour ago and has forgotten since: its record is by
+    // this writer, but older than any step's window.
+    write(&e, vec![start("s1", 0)], vec![]).await;
+    e.clickhouse()
+        .query(
+            "INSERT INTO view_batches (owner, session_id, first_ts, seq, written_at, dims, writer) \
+             SELECT ?, 's1', ?, 1, toDateTime(toUnixTimestamp(now()) - 3600), \
+             '{\"tags\":{},\"browser\":\"unknown\",\"os\":\"unknown\",\"deviceType\":\"unknown\"}', ?",
+        )
+        .bind(OWNER)
+        .bind(T0)
+        .bind(writer)
+        .execute()
+        .await
+        .expect("old record");
+    batch(&e, "s1", vec![end("s1", 9_000)], "sdk").await;
+    let stats = e.refresher().step().await.expect("step");
+    assert_eq!((stats.derived, stats.live), (1, 0), "{stats:?}");
+    let s1 = view_of(&views_json(&e).await, "s1");
+    assert_eq!(s1["startedAt"], "2024-05-01T00:00:00.000Z");
+    assert_eq!(s1["started"], true);
+    e.finish().await;
+}
+
+#[tokio::test]
+async fn clickhouse_a_view_whose_write_failed_is_read_back() {
+    let e = common::clickhouse_live().await;
+    let live = e.live.clone().expect("live");
+    let mut r = e.refresher();
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    assert_eq!(r.step().await.expect("step").live, 1);
+    // Stored, but the route saw it fail (a timeout): memory does not take it.
+    let rows = vec![pause("s1", 3_000), end("s1", 9_000)];
+    let rec = record("s1", &rows, "sdk");
+    e.sink
+        .write(SinkWrite {
+            rows,
+            batches: vec![rec],
+        })
+        .await
+        .expect("write");
+    live.taint(Key {
+        owner: OWNER.into(),
+        session: "s1".into(),
+    });
+    let stats = r.step().await.expect("step");
+    assert_eq!((stats.derived, stats.live), (1, 0), "{stats:?}");
+    let s1 = view_of(&views_json(&e).await, "s1");
+    assert_eq!(s1["endedAt"], "2024-05-01T00:00:09.000Z");
+    assert_eq!(s1["pausedMs"], 6_000);
+    e.finish().await;
+}
+
+#[tokio::test]
+async fn clickhouse_after_a_server_restart_live_views_are_read_back() {
+    let e = common::clickhouse_live().await;
+    let mut r = e.refresher();
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    assert_eq!(r.step().await.expect("step").live, 1);
+    // As in the restart test above: the stored start says the server started long ago.
+    let ch = e.clickhouse();
+    let watermark: i64 = ch
+        .query("SELECT toInt64(max(value)) FROM qoe_refresh_state WHERE name = 'views'")
+        .fetch_one()
+        .await
+        .expect("watermark");
+    ch.query("TRUNCATE TABLE qoe_refresh_state")
+        .execute()
+        .await
+        .expect("truncate");
+    ch.query("INSERT INTO qoe_refresh_state (name, value) VALUES ('views', ?), ('clickhouse_started', 1)")
+        .bind(watermark)
+        .execute()
+        .await
+        .expect("state");
+    batch(&e, "s1", vec![end("s1", 9_000)], "sdk").await;
+    let stats = r.step().await.expect("step");
+    // The Buffer may have lost records memory took: the view is read back.
+    assert_eq!(stats.live, 0, "{stats:?}");
+    assert_eq!(
+        view_of(&views_json(&e).await, "s1")["endedAt"],
+        "2024-05-01T00:00:09.000Z"
+    );
+    e.finish().await;
 }

@@ -365,10 +365,19 @@ struct EventReadRow {
     payload: String,
 }
 
+/// A session's records as the live views' first check reads them.
 #[derive(Row, Deserialize)]
-struct SessionOnly {
+struct OwnRecords {
     session_id: String,
+    /// Records by another writer.
+    foreign: u64,
+    /// `written_at` of the oldest record (epoch s).
+    oldest: i64,
 }
+
+/// How long before its acknowledgement a batch record can have been stored (the sink's
+/// insert timeout, 30 s), plus a second for `written_at`'s whole seconds.
+const LIVE_INSERT_SLACK_S: i64 = 31;
 
 #[derive(Row, Deserialize)]
 struct WindowCount {
@@ -964,9 +973,9 @@ impl ChStore {
         let skip_unchanged = previous.is_none();
         if !by_owner.is_empty() || !read_back.is_empty() || !from_memory.is_empty() {
             let set = SessionSet::open(&self.client).await?;
-            // A view memory first writes must have had no record before memory's first.
+            // A view memory writes for the first time must have had no other record.
             let (checked, failed) = self
-                .check_new_views(&set, &from_memory, since, live)
+                .check_new_views(&set, &from_memory, started, live)
                 .await?;
             if let Some(l) = live {
                 l.check_views(checked.iter());
@@ -1010,51 +1019,59 @@ impl ChStore {
         Ok(stats)
     }
 
-    /// The live views of `views` not checked yet: those that had no record before
-    /// memory's first (none by another writer, none of this one's older than the step's
-    /// window, which a view forgotten and back again would have) are checked; the others
-    /// are not whole in memory. Returns (checked, failed). With time-ordered session ids
-    /// (SDK 0.2.0) views new to memory are the newest ids: a narrow range of the sort key.
+    /// The live views of `views` not checked yet: those with no record by another writer
+    /// and none of this process's stored before memory took their first batch (a view
+    /// memory forgot and that came back has those) are checked; the others are not whole
+    /// in memory. `now` is the server's time at the step's start. Returns (checked,
+    /// failed). With time-ordered session ids (SDK 0.2.0) views new to memory are the
+    /// newest ids: a narrow range of the sort key.
     async fn check_new_views(
         &self,
         set: &SessionSet,
         views: &[&LiveView],
-        since: i64,
+        now: i64,
         live: Option<&LiveViews>,
     ) -> Result<(Vec<Key>, Vec<Key>), AnalyticsError> {
         let Some(live) = live else {
             return Ok(Default::default());
         };
-        let mut by_owner: BTreeMap<&str, Vec<&Key>> = BTreeMap::new();
+        let mut by_owner: BTreeMap<&str, Vec<&LiveView>> = BTreeMap::new();
         for v in views.iter().filter(|v| !v.checked) {
-            by_owner.entry(&v.key.owner).or_default().push(&v.key);
+            by_owner.entry(&v.key.owner).or_default().push(v);
         }
         let (mut checked, mut failed) = (Vec::new(), Vec::new());
-        for (owner, mut keys) in by_owner {
-            keys.sort_unstable();
-            for chunk in keys.chunks(100_000) {
-                let sessions: Vec<&str> = chunk.iter().map(|k| &*k.session).collect();
+        for (owner, mut views) in by_owner {
+            views.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+            for chunk in views.chunks(100_000) {
+                let sessions: Vec<&str> = chunk.iter().map(|v| &*v.key.session).collect();
                 set.load(&sessions).await?;
-                let older: HashSet<String> = set
+                let records: HashMap<String, OwnRecords> = set
                     .query(&format!(
-                        "SELECT session_id FROM view_batches WHERE owner = ? \
-                         AND session_id IN {SESSION_SET} \
-                         AND (writer != ? OR written_at < toDateTime(?)) GROUP BY session_id"
+                        "SELECT session_id, toUInt64(countIf(writer != ?)) AS foreign, \
+                         toInt64(toUnixTimestamp(min(written_at))) AS oldest \
+                         FROM view_batches WHERE owner = ? AND session_id IN {SESSION_SET} \
+                         GROUP BY session_id"
                     ))
-                    .bind(owner)
                     .bind(live.writer())
-                    .bind(since)
-                    .fetch_all::<SessionOnly>()
+                    .bind(owner)
+                    .fetch_all::<OwnRecords>()
                     .await
                     .map_err(map_err)?
                     .into_iter()
-                    .map(|r| r.session_id)
+                    .map(|r| (r.session_id.clone(), r))
                     .collect();
-                for k in chunk {
-                    if older.contains(&*k.session) {
-                        failed.push((*k).clone());
+                for v in chunk {
+                    // A record memory holds was stored before its batch was acknowledged,
+                    // at most one insert's timeout earlier (a slower write fails, and
+                    // breaks the view); `written_at` is whole seconds.
+                    let taken_from = now - v.age.as_secs() as i64 - LIVE_INSERT_SLACK_S;
+                    let whole = records
+                        .get(&*v.key.session)
+                        .is_none_or(|r| r.foreign == 0 && r.oldest >= taken_from);
+                    if whole {
+                        checked.push(v.key.clone());
                     } else {
-                        checked.push((*k).clone());
+                        failed.push(v.key.clone());
                     }
                 }
             }

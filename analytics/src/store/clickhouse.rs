@@ -849,16 +849,22 @@ impl ChStore {
         if restarted || known_start == 0 {
             self.write_state(SERVER_STARTED, server_started).await?;
         }
+        // With live views, the records of this process's own batches are left out of the
+        // window's reads: each of its views is either held by the live views (written from
+        // the snapshot, now or at the next step) or known to them as broken (in the
+        // snapshot's read-back list whenever it changes). Only other writers' records
+        // (other instances, earlier processes, recovery records) find views to read back.
+        let others = live.map_or(String::new(), |l| format!(" AND writer != {}", l.writer()));
         // Records per second of `written_at` over the window: one 4-byte column, so cheap
         // next to the window's sessions. Read before the sessions: a record that shows up
         // in between is then seen by the sessions' read but not counted here, and the next
         // step derives its session once more (never the reverse, which would miss it).
         let seconds: BTreeMap<i64, u64> = self
             .client
-            .query(
+            .query(&format!(
                 "SELECT toInt64(toUnixTimestamp(written_at)) AS second, toUInt64(count()) AS n \
-                 FROM view_batches WHERE written_at >= toDateTime(?) GROUP BY second",
-            )
+                 FROM view_batches WHERE written_at >= toDateTime(?){others} GROUP BY second",
+            ))
             .bind(since)
             .fetch_all::<SecondCount>()
             .await
@@ -904,7 +910,7 @@ impl ChStore {
                 "SELECT owner, session_id, toUInt64(countIf(written_at >= toDateTime(?))) AS ahead, \
                  toUInt64(countIf(written_at >= toDateTime(?))) AS next_ahead, \
                  toUInt64(count()) AS n, toUInt64(countIf(writer != ?)) AS foreign FROM view_batches \
-                 WHERE written_at >= toDateTime(?) AND {filter} \
+                 WHERE written_at >= toDateTime(?) AND {filter}{others} \
                  GROUP BY owner, session_id ORDER BY owner, session_id"
             ))
             .bind(watermark)

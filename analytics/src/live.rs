@@ -84,32 +84,38 @@ impl Entry {
     }
 }
 
-/// A view as memory holds it at a [`Snapshot`].
+/// A view that changed since the last completed refresher step, as of a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct LiveView {
+pub struct Changed {
     /// Which view.
     pub key: Key,
+    /// The refresher already found no record of it before memory's first.
+    pub checked: bool,
+    /// How long before the snapshot memory took the view's first batch.
+    pub age: Duration,
+}
+
+/// A view as memory holds it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveView {
     /// Derived from every batch taken.
     pub view: View,
     /// Batches taken (the view's record count, when memory is the whole view).
     pub records: u64,
     /// Distinct events taken.
     pub events: u64,
-    /// The refresher already found no record of it before memory's first.
-    pub checked: bool,
-    /// How long before the snapshot memory took the view's first batch.
-    pub age: Duration,
-    change: u64,
 }
 
-/// The views that changed since the last completed refresher step.
+/// The views that changed since the last completed refresher step: cheap to take (no view
+/// is derived here; [`LiveViews::view`] derives each as it is written).
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// Views memory holds whole (as far as memory knows).
-    pub views: Vec<LiveView>,
+    pub views: Vec<Changed>,
     /// Views memory knows to be incomplete, which changed: to read back.
     pub broken: Vec<Key>,
-    broken_changes: Vec<u64>,
+    /// Each view's change count at the snapshot, for [`LiveViews::commit`].
+    changes: Vec<(Key, u64)>,
 }
 
 /// The live views of one server process (see the module doc). Shared by the ingest route,
@@ -117,7 +123,8 @@ pub struct Snapshot {
 pub struct LiveViews {
     writer: u64,
     hasher: std::hash::RandomState,
-    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
+    /// Entries boxed: a shard's table moves pointers, not entries, when it rehashes.
+    shards: Box<[Mutex<HashMap<Key, Box<Entry>>>]>,
 }
 
 impl std::fmt::Debug for LiveViews {
@@ -144,7 +151,7 @@ impl LiveViews {
         self.writer
     }
 
-    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Box<Entry>>> {
         let i = self.hasher.hash_one(key) as usize % self.shards.len();
         // A panic while holding a shard leaves a map of whole entries: go on with it.
         self.shards[i]
@@ -160,7 +167,9 @@ impl LiveViews {
         events.dedup_by_key(|e| e.order_key());
         let now = Instant::now();
         let mut shard = self.shard(&key);
-        let entry = shard.entry(key).or_insert_with(|| Entry::new(now));
+        let entry = shard
+            .entry(key)
+            .or_insert_with(|| Box::new(Entry::new(now)));
         entry.touched = now;
         entry.changes += 1;
         if entry.broken {
@@ -185,7 +194,9 @@ impl LiveViews {
     pub fn taint(&self, key: Key) {
         let now = Instant::now();
         let mut shard = self.shard(&key);
-        let entry = shard.entry(key).or_insert_with(|| Entry::new(now));
+        let entry = shard
+            .entry(key)
+            .or_insert_with(|| Box::new(Entry::new(now)));
         entry.touched = now;
         entry.changes += 1;
         entry.broken = true;
@@ -227,21 +238,14 @@ impl LiveViews {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             shard.retain(|_, e| now.duration_since(e.touched) <= idle);
             for (key, e) in shard.iter().filter(|(_, e)| e.changes > e.written) {
+                out.changes.push((key.clone(), e.changes));
                 if e.broken {
                     out.broken.push(key.clone());
-                    out.broken_changes.push(e.changes);
-                    continue;
-                }
-                let dims = e.dims.dims(e.fold.playback_content_id());
-                if let Some(view) = e.fold.view(&key.session, dims) {
-                    out.views.push(LiveView {
+                } else {
+                    out.views.push(Changed {
                         key: key.clone(),
-                        view,
-                        records: e.records,
-                        events: e.fold.events(),
                         checked: e.checked,
                         age: now.duration_since(e.created),
-                        change: e.changes,
                     });
                 }
             }
@@ -249,17 +253,25 @@ impl LiveViews {
         out
     }
 
+    /// The view of `key` as memory holds it now (batches taken since the snapshot
+    /// included: a later state of the same view, which the next step writes again);
+    /// `None` when memory no longer holds it whole, or has forgotten it.
+    pub fn view(&self, key: &Key) -> Option<LiveView> {
+        let shard = self.shard(key);
+        let e = shard.get(key).filter(|e| !e.broken)?;
+        let dims = e.dims.dims(e.fold.playback_content_id());
+        Some(LiveView {
+            view: e.fold.view(&key.session, dims)?,
+            records: e.records,
+            events: e.fold.events(),
+        })
+    }
+
     /// The refresher wrote `snapshot`: its views need no writing until they change again.
     pub fn commit(&self, snapshot: &Snapshot) {
-        let written = snapshot.views.iter().map(|v| (&v.key, v.change)).chain(
-            snapshot
-                .broken
-                .iter()
-                .zip(snapshot.broken_changes.iter().copied()),
-        );
-        for (key, change) in written {
+        for (key, change) in &snapshot.changes {
             if let Some(entry) = self.shard(key).get_mut(key) {
-                entry.written = entry.written.max(change);
+                entry.written = entry.written.max(*change);
             }
         }
     }
@@ -330,12 +342,13 @@ mod tests {
         let snap = live.snapshot(LONG);
         assert!(snap.broken.is_empty());
         assert_eq!(snap.views.len(), 1);
+        assert!(!snap.views[0].checked);
         let all: Vec<Event> = [&b1[..], &b2, &b3].concat();
         let ds = [dims(1_000), dims(3_000), dims(9_000)];
         let expected = View::derive("s", &all, &ds).expect("view");
-        let v = &snap.views[0];
+        let v = live.view(&key("s")).expect("held");
         assert_eq!(v.view, expected);
-        assert_eq!((v.records, v.events, v.checked), (3, 5, false));
+        assert_eq!((v.records, v.events), (3, 5));
         assert_eq!(v.view.rebuffer_count, 1);
         assert_eq!(v.view.dims.sdk.as_deref(), Some("sdk"));
     }
@@ -406,6 +419,7 @@ mod tests {
         live.taint(key("b"));
         assert!(!live.holds(&key("a")));
         assert!(!live.holds(&key("b")));
+        assert_eq!(live.view(&key("a")), None);
         let mut broken = live.snapshot(LONG).broken;
         broken.sort();
         assert_eq!(broken, vec![key("a"), key("b")]);
@@ -428,16 +442,11 @@ mod tests {
         let second = live.snapshot(LONG);
         assert_eq!(second.views.len(), 1);
         assert_eq!(second.views[0].key, key("a"));
-        assert_eq!(second.views[0].records, 2);
+        assert_eq!(live.view(&key("a")).expect("held").records, 2);
         // A snapshot not committed (a failed step) is taken again.
         let third = live.snapshot(LONG);
-        let unaged = |s: &Snapshot| -> Vec<(Key, View, u64)> {
-            s.views
-                .iter()
-                .map(|v| (v.key.clone(), v.view.clone(), v.records))
-                .collect()
-        };
-        assert_eq!(unaged(&third), unaged(&second));
+        let keys = |s: &Snapshot| -> Vec<Key> { s.views.iter().map(|v| v.key.clone()).collect() };
+        assert_eq!(keys(&third), keys(&second));
         live.commit(&third);
         assert!(live.snapshot(LONG).views.is_empty());
     }
@@ -472,6 +481,6 @@ mod tests {
         let snap = live.snapshot(LONG);
         assert_eq!(snap.views.len(), 1);
         assert!(!snap.views[0].checked);
-        assert_eq!(snap.views[0].records, 1);
+        assert_eq!(live.view(&key("a")).expect("held").records, 1);
     }
 }

@@ -16,7 +16,7 @@ use super::sql::{bucket_expr, day_of, push_selection, Arg, Dialect, Sql};
 use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{BatchDims, Dims, UserAgent};
 use crate::event::{needs_payload, Event};
-use crate::live::{self, Key, LiveView, LiveViews};
+use crate::live::{self, Changed, Key, LiveViews};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
 use crate::refresh::{RecentRecords, RefreshConfig, RefreshState, RefreshStats};
@@ -962,10 +962,7 @@ impl ChStore {
         let mut from_memory = Vec::new();
         for v in &snapshot.views {
             let key = (v.key.owner.to_string(), v.key.session.to_string());
-            // A view spanning more days than get a tombstone needs its stored rows' days,
-            // which the read-back path reads.
-            let long = day_of(v.view.ended_at) - day_of(v.view.started_at) > MAX_TOMBSTONE_DAYS;
-            if restarted || foreign.contains(&key) || long {
+            if restarted || foreign.contains(&key) {
                 read_back.push(v.key.clone());
             } else {
                 from_memory.push(v);
@@ -988,11 +985,13 @@ impl ChStore {
                 l.break_views(failed.iter());
             }
             let failed: HashSet<&Key> = failed.iter().collect();
-            let (memory, unchecked): (Vec<&LiveView>, Vec<&LiveView>) = from_memory
+            let (memory, unchecked): (Vec<&Changed>, Vec<&Changed>) = from_memory
                 .into_iter()
                 .partition(|v| !failed.contains(&v.key));
             read_back.extend(unchecked.into_iter().map(|v| v.key.clone()));
-            self.write_live(memory, &mut stats).await?;
+            if let Some(l) = live {
+                read_back.extend(self.write_live(l, memory, &mut stats).await?);
+            }
             for k in read_back {
                 by_owner
                     .entry(k.owner.to_string())
@@ -1034,14 +1033,14 @@ impl ChStore {
     async fn check_new_views(
         &self,
         set: &SessionSet,
-        views: &[&LiveView],
+        views: &[&Changed],
         now: i64,
         live: Option<&LiveViews>,
     ) -> Result<(Vec<Key>, Vec<Key>), AnalyticsError> {
         let Some(live) = live else {
             return Ok(Default::default());
         };
-        let mut by_owner: BTreeMap<&str, Vec<&LiveView>> = BTreeMap::new();
+        let mut by_owner: BTreeMap<&str, Vec<&Changed>> = BTreeMap::new();
         for v in views.iter().filter(|v| !v.checked) {
             by_owner.entry(&v.key.owner).or_default().push(v);
         }
@@ -1085,23 +1084,35 @@ impl ChStore {
         Ok((checked, failed))
     }
 
-    /// Writes views from the live views' memory (none spans more days than get a
-    /// tombstone), with the version their batches and events give.
+    /// Writes `views` from the live views' memory as it holds them now, with the version
+    /// their batches and events give. Returns those to read back instead: the views memory
+    /// stopped holding whole since the snapshot, and those spanning more days than get a
+    /// tombstone (the read-back path reads the days their stored rows are under).
     async fn write_live(
         &self,
-        views: Vec<&LiveView>,
+        live: &LiveViews,
+        views: Vec<&Changed>,
         stats: &mut RefreshStats,
-    ) -> Result<(), AnalyticsError> {
+    ) -> Result<Vec<Key>, AnalyticsError> {
         let now = now_ms();
-        let (mut insert, mut rows, mut long) = (None, Vec::with_capacity(WRITE_BATCH), Vec::new());
+        let (mut insert, mut rows) = (None, Vec::with_capacity(WRITE_BATCH));
+        let (mut long, mut read_back) = (Vec::new(), Vec::new());
         let no_days = HashMap::new();
-        stats.live += views.len();
         for v in views {
+            let Some(held) = live.view(&v.key) else {
+                read_back.push(v.key.clone());
+                continue;
+            };
+            if day_of(held.view.ended_at) - day_of(held.view.started_at) > MAX_TOMBSTONE_DAYS {
+                read_back.push(v.key.clone());
+                continue;
+            }
+            stats.live += 1;
             rows.push(ViewRow::new(
                 &v.key.owner,
-                v.view.clone(),
-                v.records,
-                v.events,
+                held.view,
+                held.records,
+                held.events,
                 now,
             ));
             if rows.len() >= WRITE_BATCH {
@@ -1112,10 +1123,10 @@ impl ChStore {
         self.write_views(&mut insert, &mut rows, &mut long, &no_days, stats)
             .await?;
         debug_assert!(long.is_empty(), "long views are read back");
-        match insert {
-            Some(insert) => insert.end().await.map_err(map_err),
-            None => Ok(()),
+        if let Some(insert) = insert {
+            insert.end().await.map_err(map_err)?;
         }
+        Ok(read_back)
     }
 
     async fn write_state(&self, name: &str, value: i64) -> Result<(), AnalyticsError> {

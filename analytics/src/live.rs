@@ -118,13 +118,16 @@ pub struct Snapshot {
     changes: Vec<(Key, u64)>,
 }
 
+/// One shard of the map. Entries are boxed: the table moves pointers, not entries, when
+/// it rehashes (views come and go all the time).
+type Shard = Mutex<HashMap<Key, Box<Entry>>>;
+
 /// The live views of one server process (see the module doc). Shared by the ingest route,
 /// which feeds it, and the refresher, which reads it.
 pub struct LiveViews {
     writer: u64,
     hasher: std::hash::RandomState,
-    /// Entries boxed: a shard's table moves pointers, not entries, when it rehashes.
-    shards: Box<[Mutex<HashMap<Key, Box<Entry>>>]>,
+    shards: Box<[Shard]>,
 }
 
 impl std::fmt::Debug for LiveViews {

@@ -26,6 +26,13 @@
 //!   session whose events were written since the window start, so those views are derived
 //!   again from their events.
 //!
+//! - **ClickHouse with live views** (the server): the views the process is ingesting are
+//!   held in memory as folds ([`crate::live`]); a step takes a snapshot of those that
+//!   changed before the Buffer's flush and writes them from memory, reading back only
+//!   the views memory does not hold whole (another writer's record in the window, a
+//!   first check that finds older records, a broken batch order, a failed write) and the
+//!   views of other writers. The window's reads then leave out this process's records.
+//!
 //! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
 //! upserts, so a restart re-derives whatever the interrupted step had not finished. (A step
 //! writes its derived views in batches, on ClickHouse while their events still stream in, so

@@ -450,7 +450,7 @@ async fn ingest(a: IngestArgs) -> Result<()> {
     let stride = a.submitters.max(1);
     // Freshness: acknowledged samples go to a poller that runs during the run (a check
     // after the run would add the rest of the run to every early sample's latency).
-    let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<Sample>();
     let poller = (a.rate.is_some() && a.rollups).then(|| {
         let store_args = (
             a.store.engine,
@@ -509,7 +509,8 @@ async fn ingest(a: IngestArgs) -> Result<()> {
                 if stored.is_ok() {
                     events += n;
                     if per_submitter_rate.is_some() && i % 50 == 0 {
-                        let _ = ack_tx.send((b.session_id.clone(), Instant::now()));
+                        let last_ts = b.events.iter().map(|e| e.ts_ms).max().unwrap_or(0);
+                        let _ = ack_tx.send((b.session_id.clone(), last_ts, Instant::now()));
                     }
                 }
                 i += stride;
@@ -550,6 +551,8 @@ struct Request {
     prefix_at: usize,
     user_agent: Option<hyper::header::HeaderValue>,
     events: u64,
+    /// Its latest event's `ts` (freshness: the view reflects it once its `endedAt` does).
+    last_ts: i64,
     due: Duration,
 }
 
@@ -590,6 +593,7 @@ fn request(
         prefix_at,
         user_agent,
         events: b.events.len() as u64,
+        last_ts: b.events.iter().map(|e| e.ts_ms).max().unwrap_or(0),
         due,
     })
 }
@@ -760,7 +764,7 @@ async fn http(a: HttpArgs) -> Result<()> {
     let measured_from = start + warmup;
     let deadline = start + total;
     let per_connection_rate = a.rate.map(|r| r / a.connections as f64);
-    let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let (ack_tx, ack_rx) = tokio::sync::mpsc::unbounded_channel::<Sample>();
     let poller = match (&a.freshness_database, a.rate) {
         (Some(db), Some(_)) => Some(tokio::spawn(poll_visible(
             (
@@ -842,7 +846,7 @@ async fn http(a: HttpArgs) -> Result<()> {
                         if now >= measured_from && now <= deadline {
                             events += r.events;
                             if let Some(s) = session {
-                                let _ = ack_tx.send((s, now));
+                                let _ = ack_tx.send((s, r.last_ts, now));
                             }
                         }
                     }
@@ -902,14 +906,19 @@ async fn http(a: HttpArgs) -> Result<()> {
     Ok(())
 }
 
+/// A freshness sample: an acknowledged batch's session, its latest event's `ts`, and when
+/// it was acknowledged.
+type Sample = (String, i64, Instant);
+
 /// Polls `qoe_views` (what the views list reads) every 100 ms for the acknowledged
-/// samples not yet visible, one query per round; returns the latencies (ack → first round
-/// that sees the row, so up to 100 ms + one query late) and how many never showed within
-/// 60 s after `deadline`.
+/// samples not yet visible, one query per round: a sample is visible once its view's row
+/// ends at or after the batch's latest event (a row from the view's earlier batches does
+/// not count). Returns the latencies (ack → first round that sees it, so up to 100 ms +
+/// one query late) and how many never showed within 60 s after `deadline`.
 async fn poll_visible(
     store: (EngineArg, String, String, std::path::PathBuf),
     owner: Option<&'static str>,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Sample>,
     deadline: Instant,
 ) -> Result<(Vec<f64>, usize)> {
     let (engine, url, database, dir) = store;
@@ -927,16 +936,15 @@ async fn poll_visible(
         ),
         EngineArg::Clickhouse => None,
     };
-    let mut pending: std::collections::HashMap<String, Instant> = Default::default();
+    // Session → the samples of it not yet visible (latest ts, acknowledged at).
+    let mut pending: std::collections::HashMap<String, Vec<(i64, Instant)>> = Default::default();
     let mut lat = Vec::new();
     let mut open = true;
     let horizon = deadline + Duration::from_secs(60);
     while (open || !pending.is_empty()) && Instant::now() < horizon {
         loop {
             match rx.try_recv() {
-                Ok((s, at)) => {
-                    pending.insert(s, at);
-                }
+                Ok((s, ts, at)) => pending.entry(s).or_default().push((ts, at)),
                 Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break,
                 Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
                     open = false;
@@ -945,22 +953,24 @@ async fn poll_visible(
             }
         }
         if !pending.is_empty() {
-            let ids: Vec<String> = pending.keys().cloned().collect();
-            let list = ids
-                .iter()
+            let list = pending
+                .keys()
                 .map(|s| format!("'{}'", s.replace('\'', "''")))
                 .collect::<Vec<_>>()
                 .join(", ");
             // Session ids are unique to the run, so without an owner (the server's user
             // id, over HTTP) the session alone finds the view.
             let owner = owner.map_or(String::new(), |o| format!("owner = '{o}' AND "));
-            let sql =
-                format!("SELECT session_id FROM qoe_views WHERE {owner}session_id IN ({list})");
-            let seen: Vec<String> = match &pool {
+            let sql = format!(
+                "SELECT session_id, max(ended_at) AS ended FROM qoe_views \
+                 WHERE {owner}session_id IN ({list}) GROUP BY session_id"
+            );
+            let seen: Vec<(String, i64)> = match &pool {
                 None => {
                     #[derive(clickhouse::Row, serde::Deserialize)]
                     struct S {
                         session_id: String,
+                        ended: i64,
                     }
                     // Thousands of pending sessions outgrow the default 256 KiB query.
                     ch.query(&sql)
@@ -971,15 +981,24 @@ async fn poll_visible(
                         .fetch_all::<S>()
                         .await?
                         .into_iter()
-                        .map(|r| r.session_id)
+                        .map(|r| (r.session_id, r.ended))
                         .collect()
                 }
-                Some(p) => sqlx::query_scalar(&sql).fetch_all(p).await?,
+                Some(p) => sqlx::query_as(&sql).fetch_all(p).await?,
             };
             let now = Instant::now();
-            for s in seen {
-                if let Some(at) = pending.remove(&s) {
-                    lat.push((now - at).as_secs_f64() * 1000.0);
+            for (s, ended) in seen {
+                if let Some(samples) = pending.get_mut(&s) {
+                    samples.retain(|&(ts, at)| {
+                        let visible = ended >= ts;
+                        if visible {
+                            lat.push((now - at).as_secs_f64() * 1000.0);
+                        }
+                        !visible
+                    });
+                    if samples.is_empty() {
+                        pending.remove(&s);
+                    }
                 }
             }
         }
@@ -988,7 +1007,7 @@ async fn poll_visible(
     if let Some(p) = pool {
         p.close().await;
     }
-    Ok((lat, pending.len()))
+    Ok((lat, pending.values().map(Vec::len).sum()))
 }
 
 #[tokio::main]

@@ -298,6 +298,31 @@ const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Histogram,
         "Time of one alert delivery attempt",
     ),
+    (
+        "streamwatch_qoe_refresh_steps_total",
+        Kind::Counter,
+        "QoE refresher steps by result: ok, error",
+    ),
+    (
+        "streamwatch_qoe_refresh_duration_seconds",
+        Kind::Histogram,
+        "Time of one QoE refresher step",
+    ),
+    (
+        "streamwatch_qoe_refresh_views_total",
+        Kind::Counter,
+        "Views the QoE refresher wrote, by source: live (memory), read_back (the stored events)",
+    ),
+    (
+        "streamwatch_qoe_refresh_last_success_timestamp_seconds",
+        Kind::Gauge,
+        "Start (Unix time) of the last QoE refresher step that succeeded: qoe_views holds what was acknowledged before it",
+    ),
+    (
+        "streamwatch_qoe_live_views",
+        Kind::Gauge,
+        "Views held in memory by the live views (ClickHouse)",
+    ),
 ];
 
 /// Help texts and units of every metric, as Prometheus shows them.

@@ -123,6 +123,7 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         if page.contains("streamwatch_probes_total{")
             && page.contains("streamwatch_streams{")
             && page.contains("streamwatch_alert_deliveries_total{")
+            && page.contains("streamwatch_qoe_refresh_steps_total{")
         {
             break page;
         }
@@ -161,6 +162,10 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         "streamwatch_auth_sessions_active",
         r#"streamwatch_alert_deliveries_total{outcome="retry"}"#,
         "streamwatch_alert_delivery_duration_seconds_bucket",
+        r#"streamwatch_qoe_refresh_steps_total{result="ok"}"#,
+        "streamwatch_qoe_refresh_duration_seconds_bucket",
+        r#"streamwatch_qoe_refresh_views_total{source="read_back"}"#,
+        "streamwatch_qoe_refresh_last_success_timestamp_seconds",
     ] {
         let line = page
             .lines()
@@ -173,6 +178,69 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
     assert!(!page.contains("m-1") && !page.contains("127.0.0.1:9"));
     // Every family is described.
     assert!(page.contains("# HELP streamwatch_telemetry_events_total "));
+}
+
+/// On ClickHouse the refresher writes an ingested view from the live views: the views it
+/// wrote by source, the views held in memory and the time of its last good step move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qoe_refresher_metrics_count_views_written_from_memory_on_clickhouse() {
+    let app = spawn_with(Engine::Sqlite, |c| {
+        c.clickhouse_url = Some(
+            std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into()),
+        );
+        c.clickhouse_database = common::test_db_name();
+        c.qoe_refresh = std::time::Duration::from_millis(200);
+    })
+    .await;
+    let cookie = app.user("qoe-metrics@example.com").await;
+    let minted: serde_json::Value = app
+        .post("/api/v1/keys", Some(&cookie), json!({ "label": "k" }))
+        .await
+        .json()
+        .await
+        .expect("json");
+    let key = minted["rawKey"].as_str().expect("key").to_owned();
+    let live = r#"streamwatch_qoe_refresh_views_total{source="live"}"#;
+    let before = scrape(&app).await;
+    let posted_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let status = app
+        .http
+        .post(app.url("/api/v1/telemetry"))
+        .bearer_auth(&key)
+        .json(&json!({ "apiKey": key, "sessionId": "live-1", "events": [
+            { "type": "playback_pause", "ts": "2026-11-21T10:00:00.000Z",
+              "payload": { "positionMs": 0, "bufferedMs": 1 } },
+            { "type": "playback_pause", "ts": "2026-11-21T10:00:05.000Z",
+              "payload": { "positionMs": 5000, "bufferedMs": 1 } }
+        ] }))
+        .send()
+        .await
+        .expect("send")
+        .status();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let page = loop {
+        let page = scrape(&app).await;
+        if sample(&page, live) > sample(&before, live)
+            && sample(
+                &page,
+                "streamwatch_qoe_refresh_last_success_timestamp_seconds",
+            ) >= posted_at
+        {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the view was not written from memory: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(sample(&page, live) - sample(&before, live), 1.0);
+    assert!(sample(&page, "streamwatch_qoe_live_views") >= 1.0);
+    assert!(page.contains("# HELP streamwatch_qoe_refresh_views_total "));
 }
 
 /// Every response carries a request id: the client's `x-request-id` echoed, or a new one.

@@ -183,6 +183,37 @@ impl Refresher {
     }
 }
 
+/// The step's figures for the server's `/metrics` (names in docs/operations.md): steps by
+/// result and their time, views written by source, when `qoe_views` was last brought up to
+/// date (what an operator alerts on: the QoE routes are that stale), the live views held.
+fn record_step(
+    refresher: &Refresher,
+    result: &Result<RefreshStats, AnalyticsError>,
+    started_at: std::time::SystemTime,
+    took: Duration,
+) {
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics::counter!("streamwatch_qoe_refresh_steps_total", "result" => outcome).increment(1);
+    metrics::histogram!("streamwatch_qoe_refresh_duration_seconds").record(took.as_secs_f64());
+    if let Ok(stats) = result {
+        let live = stats.live as u64;
+        let read_back = (stats.derived as u64).saturating_sub(live);
+        metrics::counter!("streamwatch_qoe_refresh_views_total", "source" => "live")
+            .increment(live);
+        metrics::counter!("streamwatch_qoe_refresh_views_total", "source" => "read_back")
+            .increment(read_back);
+        // The step covered what was acknowledged before it started.
+        let covered = started_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        metrics::gauge!("streamwatch_qoe_refresh_last_success_timestamp_seconds")
+            .set(covered.as_secs_f64());
+    }
+    if let Some(live) = &refresher.live {
+        metrics::gauge!("streamwatch_qoe_live_views").set(live.len() as f64);
+    }
+}
+
 /// Runs `refresher` every `every` until `stop` turns true (or its sender is dropped);
 /// the server spawns it next to the ingest writer. A failed step is logged and retried at
 /// the next interval; a step that outlasts the interval is followed at once by the next.
@@ -193,7 +224,10 @@ pub async fn run(mut refresher: Refresher, every: Duration, mut stop: watch::Rec
             return;
         }
         let started = tokio::time::Instant::now();
-        match refresher.step().await {
+        let started_at = std::time::SystemTime::now();
+        let result = refresher.step().await;
+        record_step(&refresher, &result, started_at, started.elapsed());
+        match result {
             Ok(stats) => {
                 failures = 0;
                 tracing::debug!(

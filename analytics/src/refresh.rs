@@ -219,14 +219,23 @@ fn record_step(
 /// the next interval; a step that outlasts the interval is followed at once by the next.
 pub async fn run(mut refresher: Refresher, every: Duration, mut stop: watch::Receiver<bool>) {
     let mut failures = 0u32;
+    let mut connected = false;
     loop {
         if *stop.borrow() {
             return;
         }
         let started = tokio::time::Instant::now();
         let started_at = std::time::SystemTime::now();
-        let result = refresher.step().await;
-        record_step(&refresher, &result, started_at, started.elapsed());
+        // Until the store's first connection there is nothing to refresh, and the store's
+        // supervisor reports the connection: no warning for every start-up.
+        connected |= refresher.store.is_ready();
+        let result = if connected {
+            let result = refresher.step().await;
+            record_step(&refresher, &result, started_at, started.elapsed());
+            result
+        } else {
+            Ok(RefreshStats::default())
+        };
         match result {
             Ok(stats) => {
                 failures = 0;

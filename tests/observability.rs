@@ -38,13 +38,7 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
     let app = spawn_with(Engine::Sqlite, |_| {}).await;
     let cookie = app.user("dev@example.com").await;
     app.stream(&cookie, "http://127.0.0.1:9/live.m3u8").await;
-    let minted: serde_json::Value = app
-        .post("/api/v1/keys", Some(&cookie), json!({ "label": "k" }))
-        .await
-        .json()
-        .await
-        .expect("json");
-    let key = minted["rawKey"].as_str().expect("key").to_owned();
+    let key = app.api_key(&cookie).await;
     let batch = |session: &str, n: usize| {
         let events: Vec<_> = (0..n)
             .map(|i| {
@@ -193,13 +187,7 @@ async fn qoe_refresher_metrics_count_views_written_from_memory_on_clickhouse() {
     })
     .await;
     let cookie = app.user("qoe-metrics@example.com").await;
-    let minted: serde_json::Value = app
-        .post("/api/v1/keys", Some(&cookie), json!({ "label": "k" }))
-        .await
-        .json()
-        .await
-        .expect("json");
-    let key = minted["rawKey"].as_str().expect("key").to_owned();
+    let key = app.api_key(&cookie).await;
     let live = r#"streamwatch_qoe_refresh_views_total{source="live"}"#;
     let before = scrape(&app).await;
     let posted_at = std::time::SystemTime::now()

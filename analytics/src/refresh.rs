@@ -229,31 +229,28 @@ pub async fn run(mut refresher: Refresher, every: Duration, mut stop: watch::Rec
         // Until the store's first connection there is nothing to refresh, and the store's
         // supervisor reports the connection: no warning for every start-up.
         connected |= refresher.store.is_ready();
-        let result = if connected {
+        if connected {
             let result = refresher.step().await;
             record_step(&refresher, &result, started_at, started.elapsed());
-            result
-        } else {
-            Ok(RefreshStats::default())
-        };
-        match result {
-            Ok(stats) => {
-                failures = 0;
-                tracing::debug!(
-                    candidates = stats.candidates,
-                    derived = stats.derived,
-                    unchanged = stats.unchanged,
-                    live = stats.live,
-                    events = stats.events,
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "qoe views refreshed"
-                );
-            }
-            Err(e) => {
-                failures += 1;
-                // The first failure and then every tenth: an outage does not flood the log.
-                if failures == 1 || failures.is_multiple_of(10) {
-                    tracing::warn!(error = %e, failures, "qoe refresh failed; retrying");
+            match result {
+                Ok(stats) => {
+                    failures = 0;
+                    tracing::debug!(
+                        candidates = stats.candidates,
+                        derived = stats.derived,
+                        unchanged = stats.unchanged,
+                        live = stats.live,
+                        events = stats.events,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "qoe views refreshed"
+                    );
+                }
+                Err(e) => {
+                    failures += 1;
+                    // The first failure and then every tenth: an outage does not flood the log.
+                    if failures == 1 || failures.is_multiple_of(10) {
+                        tracing::warn!(error = %e, failures, "qoe refresh failed; retrying");
+                    }
                 }
             }
         }

@@ -321,23 +321,7 @@ async fn clickhouse_after_a_server_restart_views_whose_records_were_lost_are_der
         stats.derived, 0,
         "no record and no restart: not seen ({stats:?})"
     );
-    // The state now says the server started long ago (as before a restart); the
-    // watermark stays. TRUNCATE then insert: the stored start is a `max`.
-    let ch = e.clickhouse();
-    let watermark: i64 = ch
-        .query("SELECT toInt64(max(value)) FROM qoe_refresh_state WHERE name = 'views'")
-        .fetch_one()
-        .await
-        .expect("watermark");
-    ch.query("TRUNCATE TABLE qoe_refresh_state")
-        .execute()
-        .await
-        .expect("truncate");
-    ch.query("INSERT INTO qoe_refresh_state (name, value) VALUES ('views', ?), ('clickhouse_started', 1)")
-        .bind(watermark)
-        .execute()
-        .await
-        .expect("state");
+    as_if_clickhouse_restarted(&e).await;
     let stats = r.step().await.expect("step");
     // Both sessions were written to since the last step's window start (the recovery
     // window is that wide on purpose): both derived again.
@@ -704,6 +688,27 @@ async fn a_step_over_thousands_of_long_session_ids() {
     .await;
 }
 
+/// Makes the stored state say ClickHouse started long ago (as the refresher finds it after
+/// a ClickHouse restart), keeping the watermark. TRUNCATE then insert: the stored start is
+/// a `max`.
+async fn as_if_clickhouse_restarted(e: &Engine) {
+    let ch = e.clickhouse();
+    let watermark: i64 = ch
+        .query("SELECT toInt64(max(value)) FROM qoe_refresh_state WHERE name = 'views'")
+        .fetch_one()
+        .await
+        .expect("watermark");
+    ch.query("TRUNCATE TABLE qoe_refresh_state")
+        .execute()
+        .await
+        .expect("truncate");
+    ch.query("INSERT INTO qoe_refresh_state (name, value) VALUES ('views', ?), ('clickhouse_started', 1)")
+        .bind(watermark)
+        .execute()
+        .await
+        .expect("state");
+}
+
 /// A second writer on `e`'s ClickHouse database: another instance, or this one restarted
 /// (a new process is a new writer), with live views of its own.
 async fn other_writer(e: &Engine) -> Engine {
@@ -870,22 +875,7 @@ async fn clickhouse_after_a_server_restart_live_views_are_read_back() {
     let mut r = e.refresher();
     batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
     assert_eq!(r.step().await.expect("step").live, 1);
-    // As in the restart test above: the stored start says the server started long ago.
-    let ch = e.clickhouse();
-    let watermark: i64 = ch
-        .query("SELECT toInt64(max(value)) FROM qoe_refresh_state WHERE name = 'views'")
-        .fetch_one()
-        .await
-        .expect("watermark");
-    ch.query("TRUNCATE TABLE qoe_refresh_state")
-        .execute()
-        .await
-        .expect("truncate");
-    ch.query("INSERT INTO qoe_refresh_state (name, value) VALUES ('views', ?), ('clickhouse_started', 1)")
-        .bind(watermark)
-        .execute()
-        .await
-        .expect("state");
+    as_if_clickhouse_restarted(&e).await;
     batch(&e, "s1", vec![end("s1", 9_000)], "sdk").await;
     let stats = r.step().await.expect("step");
     // The Buffer may have lost records memory took: the view is read back.

@@ -208,6 +208,16 @@ impl TestApp {
         session_cookie_of(&r).expect("sign-up sets the cookie")
     }
 
+    /// Mints an API key for the user of `cookie` and returns the raw key.
+    pub async fn api_key(&self, cookie: &str) -> String {
+        let r = self
+            .post("/api/v1/keys", Some(cookie), json!({ "label": "k" }))
+            .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let minted: Value = r.json().await.expect("json");
+        minted["rawKey"].as_str().expect("rawKey").to_owned()
+    }
+
     /// Registers a stream and returns its StreamItem.
     pub async fn stream(&self, cookie: &str, source_url: &str) -> Value {
         let r = self

@@ -13,9 +13,9 @@
 //! the shared builders of [`crate::response`], as the reference implementation's are.
 //! [`Store::guarded_by`] puts every read behind the telemetry store's circuit breaker.
 
-mod clickhouse;
-mod sql;
-mod sqlite;
+pub(crate) mod clickhouse;
+pub(crate) mod sql;
+pub(crate) mod sqlite;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -445,49 +445,6 @@ impl Store {
     }
 }
 
-/// The SQLite refresher's streamed event reads: rows arrive in session order, and
-/// each session's run of items goes to `derive` as soon as the next session starts, so only
-/// one session's events are held at a time.
-pub(crate) struct SessionRuns<T> {
-    session: String,
-    items: Vec<T>,
-}
-
-impl<T> SessionRuns<T> {
-    pub fn new() -> Self {
-        SessionRuns {
-            session: String::new(),
-            items: Vec::new(),
-        }
-    }
-
-    /// Adds a row of `session` (`None`: a row that yields no item, e.g. an unknown type).
-    pub fn push(
-        &mut self,
-        session: &str,
-        item: Option<T>,
-        derive: &mut impl FnMut(&str, &mut Vec<T>),
-    ) {
-        if session != self.session {
-            self.flush(derive);
-            session.clone_into(&mut self.session);
-        }
-        self.items.extend(item);
-    }
-
-    /// Hands the last session's run to `derive`.
-    pub fn finish(mut self, derive: &mut impl FnMut(&str, &mut Vec<T>)) {
-        self.flush(derive);
-    }
-
-    fn flush(&mut self, derive: &mut impl FnMut(&str, &mut Vec<T>)) {
-        if !self.items.is_empty() {
-            derive(&self.session, &mut self.items);
-            self.items.clear();
-        }
-    }
-}
-
 fn by_bucket(groups: Vec<(GroupKey, Aggregate)>) -> BTreeMap<i64, Aggregate> {
     groups
         .into_iter()
@@ -503,26 +460,4 @@ fn by_bucket(groups: Vec<(GroupKey, Aggregate)>) -> BTreeMap<i64, Aggregate> {
 /// whoever wrote it last.
 pub(crate) fn view_version(batch_rows: u64, event_rows: u64) -> u64 {
     (batch_rows.min(u64::from(u32::MAX)) << 32) | event_rows.min(u64::from(u32::MAX))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SessionRuns;
-
-    #[test]
-    fn session_runs_hand_over_each_session_once_with_its_items() {
-        let mut seen: Vec<(String, Vec<u32>)> = Vec::new();
-        let mut derive = |s: &str, items: &mut Vec<u32>| seen.push((s.to_owned(), items.clone()));
-        let mut runs = SessionRuns::new();
-        runs.push("a", Some(1), &mut derive);
-        runs.push("a", Some(2), &mut derive);
-        // A row without an item still ends the previous session's run.
-        runs.push("b", None, &mut derive);
-        runs.push("c", Some(3), &mut derive);
-        runs.finish(&mut derive);
-        assert_eq!(
-            seen,
-            vec![("a".to_owned(), vec![1, 2]), ("c".to_owned(), vec![3])]
-        );
-    }
 }

@@ -1,0 +1,58 @@
+//! The ClickHouse engine of the [`Store`](crate::Store): the client and how a request is
+//! built from [`Sql`] (this file), the rows of `qoe_views` and of the reads ([`rows`]), and
+//! the reads themselves ([`reads`]): aggregations over `qoe_views FINAL`, the views list and
+//! the session read-back over `telemetry_events FINAL`. The refresher that writes
+//! `qoe_views` is [`crate::refresh`]'s. Runs on ClickHouse 18.16 and current releases:
+//! client-side `?` binds, RowBinary without type validation, no function newer than 18.16
+//! (shared/notes).
+
+mod reads;
+pub(crate) mod rows;
+
+use clickhouse::Client;
+
+use super::sql::{Arg, Dialect, Sql};
+use super::AnalyticsError;
+
+pub(crate) use self::rows::ViewRow;
+
+const D: Dialect = Dialect::ClickHouse;
+
+/// Queries can carry a `src → streamId` map of every registered stream; ClickHouse's
+/// default 256 KiB query size would cap it near 3,000 streams.
+const MAX_QUERY_SIZE: &str = "67108864";
+
+/// The ClickHouse engine.
+#[derive(Clone)]
+pub(crate) struct ChStore {
+    client: Client,
+}
+
+pub(crate) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
+    ingest::sink::clickhouse::classify_error(e).into()
+}
+
+impl ChStore {
+    pub fn new(client: Client) -> Self {
+        ChStore {
+            client: client.with_setting("max_query_size", MAX_QUERY_SIZE),
+        }
+    }
+
+    /// The shared client (database selected), e.g. for the refresher.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The request of `sql`, its arguments bound in order.
+    fn query(&self, sql: &Sql) -> clickhouse::query::Query {
+        let mut q = self.client.query(&sql.text);
+        for a in &sql.args {
+            q = match a {
+                Arg::Str(s) => q.bind(s.as_str()),
+                Arg::Int(i) => q.bind(*i),
+            };
+        }
+        q
+    }
+}

@@ -25,6 +25,7 @@ pub mod event;
 pub mod fleet;
 pub mod live;
 pub mod metrics;
+pub mod model;
 pub mod query;
 pub mod reference;
 pub mod refresh;

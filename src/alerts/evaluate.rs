@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use analytics::{OverviewQuery, TimeRange};
+use analytics::{Filters, TimeRange};
 use sqlx::AnyConnection;
 use tokio::sync::watch;
 
@@ -268,14 +268,7 @@ impl Alerts {
         };
         for rule in rules {
             let Some(c) = rule.qoe() else { continue };
-            let mut pairs: Vec<(String, String)> = c
-                .filters
-                .iter()
-                .map(|f| ("filter".to_owned(), f.clone()))
-                .collect();
-            pairs.push(("from".into(), crate::time::iso_ms(now - c.window_ms)));
-            pairs.push(("to".into(), crate::time::iso_ms(now)));
-            let Ok(q) = OverviewQuery::parse(&pairs, now) else {
+            let Ok(filters) = Filters::parse(c.filters.iter().map(String::as_str)) else {
                 continue;
             };
             let range = TimeRange {
@@ -286,7 +279,7 @@ impl Alerts {
                 .metric(
                     &rule.user_id,
                     range,
-                    &q.filters,
+                    &filters,
                     c.metric,
                     c.measurement,
                     &ids,

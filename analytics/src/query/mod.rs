@@ -80,3 +80,66 @@ pub struct TimelineQuery {
     /// `granularity`, explicit or defaulted by the range.
     pub granularity: Granularity,
 }
+
+impl OverviewQuery {
+    /// The overview of `range` (taken as is: the caller checked it) with `filters`.
+    pub fn new(range: TimeRange, filters: Filters) -> Self {
+        OverviewQuery { range, filters }
+    }
+}
+
+impl TimeseriesQuery {
+    /// `metric` over `range` with `filters`, at the range's default granularity, the
+    /// default measurement, as JSON; set a field to change it.
+    pub fn new(range: TimeRange, filters: Filters, metric: Metric) -> Self {
+        TimeseriesQuery {
+            range,
+            filters,
+            metric,
+            measurement: Measurement::default(),
+            granularity: Granularity::default_for(range),
+            format: Format::default(),
+        }
+    }
+}
+
+impl BreakdownQuery {
+    /// `metric` over `range` with `filters`, by `by`: the default measurement, order and
+    /// limit, as JSON; set a field to change it.
+    pub fn new(range: TimeRange, filters: Filters, metric: Metric, by: Dimension) -> Self {
+        BreakdownQuery {
+            range,
+            filters,
+            metric,
+            measurement: Measurement::default(),
+            by,
+            order_by: OrderBy::default(),
+            limit: DEFAULT_BREAKDOWN_LIMIT,
+            format: Format::default(),
+        }
+    }
+}
+
+impl ViewsQuery {
+    /// The first page of the views of `range` with `filters`, the default limit, as JSON.
+    pub fn new(range: TimeRange, filters: Filters) -> Self {
+        ViewsQuery {
+            range,
+            filters,
+            limit: DEFAULT_VIEWS_LIMIT,
+            cursor: None,
+            format: Format::default(),
+        }
+    }
+}
+
+impl TimelineQuery {
+    /// The viewers of `range` with `filters`, per bucket of `granularity`.
+    pub fn new(range: TimeRange, filters: Filters, granularity: Granularity) -> Self {
+        TimelineQuery {
+            range,
+            filters,
+            granularity,
+        }
+    }
+}

@@ -90,6 +90,17 @@ const DIMENSIONS_EXPECTED: &str =
     "'contentId' | 'browser' | 'os' | 'deviceType' | 'sdk' | 'player' | 'streamId' | 'tag.<name>'";
 
 impl Filters {
+    /// Parses `filter` values (`dim:value` or `!dim:value`, as the routes take them, e.g.
+    /// a page's URL or a stored alert rule); the message of the first bad one, as a route
+    /// would answer it under `filter`.
+    pub fn parse<'a>(values: impl IntoIterator<Item = &'a str>) -> Result<Filters, String> {
+        let mut filters = Filters::default();
+        for raw in values {
+            filters.add(raw)?;
+        }
+        Ok(filters)
+    }
+
     /// Parses one `filter` value (`dim:value` or `!dim:value`) into these filters.
     fn add(&mut self, raw: &str) -> Result<(), String> {
         let (negate, rest) = match raw.strip_prefix('!') {
@@ -1062,5 +1073,68 @@ mod tests {
             ]
         );
         assert_eq!(e.to_string().split("; ").count(), 7);
+    }
+
+    #[test]
+    fn typed_constructors_equal_what_the_query_string_parses_to() {
+        let range = TimeRange {
+            from_ms: NOW - 6 * HOUR_MS,
+            to_ms: NOW,
+        };
+        let (from, to) = (ts(range.from_ms), ts(range.to_ms));
+        let raw = ["os:iOS", "!tag.plan:free"];
+        let filters = Filters::parse(raw).expect("valid");
+        let with = |extra: &[(&str, &str)]| {
+            let mut pairs = q(&[("from", &from), ("to", &to)]);
+            pairs.extend(raw.iter().map(|f| ("filter".to_owned(), (*f).to_owned())));
+            pairs.extend(q(extra));
+            pairs
+        };
+        assert_eq!(
+            OverviewQuery::parse(&with(&[]), NOW),
+            Ok(OverviewQuery::new(range, filters.clone()))
+        );
+        assert_eq!(
+            TimeseriesQuery::parse(&with(&[("metric", "rebufferPct")]), NOW),
+            Ok(TimeseriesQuery::new(
+                range,
+                filters.clone(),
+                Metric::RebufferPct
+            ))
+        );
+        assert_eq!(
+            BreakdownQuery::parse(&with(&[("metric", "views"), ("by", "tag.plan")]), NOW),
+            Ok(BreakdownQuery::new(
+                range,
+                filters.clone(),
+                Metric::Views,
+                Dimension::Tag("plan".into())
+            ))
+        );
+        assert_eq!(
+            ViewsQuery::parse(&with(&[]), NOW),
+            Ok(ViewsQuery::new(range, filters.clone()))
+        );
+        assert_eq!(
+            TimelineQuery::parse(&with(&[]), NOW),
+            Ok(TimelineQuery::new(range, filters, Granularity::Minute))
+        );
+    }
+
+    #[test]
+    fn filters_parse_gives_the_message_a_route_gives() {
+        let bad = ["os:iOS", "nope:x", "os:"];
+        let route = OverviewQuery::parse(
+            &bad.iter()
+                .map(|f| ("filter".to_owned(), (*f).to_owned()))
+                .collect::<Vec<_>>(),
+            NOW,
+        )
+        .expect_err("invalid");
+        assert_eq!(
+            Filters::parse(bad).err().as_ref(),
+            route.errors.get("filter")
+        );
+        assert_eq!(Filters::parse([]), Ok(Filters::default()));
     }
 }

@@ -53,10 +53,7 @@ pub async fn qoe_tiles(
     filters: &Filters,
 ) -> Result<Vec<Tile>, PageError> {
     let streams = state.streams.ids_by_source().await?;
-    let q = OverviewQuery {
-        range,
-        filters: filters.clone(),
-    };
+    let q = OverviewQuery::new(range, filters.clone());
     let o = state
         .analytics
         .overview(owner, &q, &streams)

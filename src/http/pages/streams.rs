@@ -269,11 +269,7 @@ pub async fn detail(
         from_ms: now - STRIP_HOURS * HOUR_MS,
         to_ms: now,
     };
-    let query = TimelineQuery {
-        range,
-        filters: Filters::default(),
-        granularity: Granularity::Hour,
-    };
+    let query = TimelineQuery::new(range, Filters::default(), Granularity::Hour);
     let streams = state.streams.ids_by_source().await?;
     let (probes, viewers) = tokio::join!(
         timeline::buckets(&state.db, &stream.id, range, Granularity::Hour),

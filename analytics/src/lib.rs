@@ -30,12 +30,12 @@ pub mod query;
 pub mod reference;
 pub mod refresh;
 pub mod response;
+pub mod session;
 pub mod store;
 pub mod view;
 
 pub use dims::{BatchDims, Dims, DimsFold, UserAgent};
 pub use event::{dedup, Event};
-pub use ingest::{SessionSummary, StoredEvent, TypeCounts};
 pub use live::LiveViews;
 pub use metrics::Aggregate;
 pub use query::{
@@ -43,5 +43,6 @@ pub use query::{
     QueryErrors, StreamIds, TimeRange, TimelineQuery, TimeseriesQuery, ViewsQuery,
 };
 pub use refresh::{RefreshConfig, RefreshStats, Refresher};
+pub use session::{SessionSummary, StoredEvent, TypeCounts};
 pub use store::{AnalyticsError, Store};
 pub use view::{Fold, View};

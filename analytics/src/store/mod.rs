@@ -20,7 +20,7 @@ pub(crate) mod sqlite;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use ingest::{SessionSummary, SinkError, SqliteSink, StoredEvent, SupervisedSink};
+use ingest::{SinkError, SqliteSink, SupervisedSink};
 
 use crate::metrics::Aggregate;
 use crate::query::{
@@ -30,6 +30,7 @@ use crate::query::{
 use crate::response::{
     timeline_viewers, BreakdownBody, OverviewBody, TimelineViewers, TimeseriesBody, ViewsBody,
 };
+use crate::session::{SessionSummary, StoredEvent};
 use crate::BreakdownQuery;
 
 pub(crate) use self::clickhouse::ChStore;

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ingest::{EventType, SessionSummary, SqliteSink, StoredEvent, TypeCounts};
+use ingest::{EventType, SqliteSink};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
@@ -13,6 +13,7 @@ use super::{AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::dims::{Dims, UserAgent};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
+use crate::session::{SessionSummary, StoredEvent, TypeCounts};
 use crate::view::View;
 
 const D: Dialect = Dialect::Sqlite;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use ingest::{EventType, SessionSummary, StoredEvent, TypeCounts};
+use ingest::EventType;
 
 use super::rows::{
     AggAll, AggBucket, AggValue, EventReadRow, PageKey, SessionRow, ViewRow, VIEW_COLUMNS,
@@ -12,6 +12,7 @@ use super::rows::{
 use super::{map_err, ChStore, D};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
+use crate::session::{SessionSummary, StoredEvent, TypeCounts};
 use crate::store::sql::{bucket_expr, day_of, push_selection, Sql};
 use crate::store::{AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::view::View;

@@ -44,5 +44,5 @@ pub use query::{
 };
 pub use refresh::{RefreshConfig, RefreshStats, Refresher};
 pub use session::{SessionSummary, StoredEvent, TypeCounts};
-pub use store::{AnalyticsError, Store};
+pub use store::{AnalyticsError, Store, StreamDirectory};
 pub use view::{Fold, View};

@@ -360,6 +360,11 @@ impl Filters {
     pub fn is_empty(&self) -> bool {
         self.clauses.is_empty()
     }
+
+    /// True when a filter is on `streamId` (resolving it needs the registered streams).
+    pub fn names_stream_id(&self) -> bool {
+        self.clauses.contains_key(&Dimension::StreamId)
+    }
 }
 
 /// The half-open time range `[from, to)` in epoch ms.

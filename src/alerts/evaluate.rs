@@ -255,17 +255,6 @@ impl Alerts {
         ))
         .fetch_all(&self.db.pool)
         .await?;
-        let ids = if rules.is_empty() {
-            Default::default()
-        } else {
-            match streams.ids_by_source().await {
-                Ok(ids) => ids,
-                Err(e) => {
-                    tracing::warn!(error = %e, "qoe rules: stream ids unavailable");
-                    return Ok(());
-                }
-            }
-        };
         for rule in rules {
             let Some(c) = rule.qoe() else { continue };
             let Ok(filters) = Filters::parse(c.filters.iter().map(String::as_str)) else {
@@ -282,7 +271,7 @@ impl Alerts {
                     &filters,
                     c.metric,
                     c.measurement,
-                    &ids,
+                    streams,
                 )
                 .await
             {

@@ -71,10 +71,9 @@ pub async fn overview(
     pairs: QueryPairs,
 ) -> Result<Json<OverviewBody>, ApiError> {
     let q = parse(&pairs, OverviewQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .overview(&auth.user.id, &q, &streams)
+        .overview(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(Json(body))
@@ -104,10 +103,9 @@ pub async fn timeseries(
     pairs: QueryPairs,
 ) -> Result<Response, ApiError> {
     let q = parse(&pairs, TimeseriesQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .timeseries(&auth.user.id, &q, &streams)
+        .timeseries(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(match q.format {
@@ -142,10 +140,9 @@ pub async fn breakdown(
     pairs: QueryPairs,
 ) -> Result<Response, ApiError> {
     let q = parse(&pairs, BreakdownQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .breakdown(&auth.user.id, &q, &streams)
+        .breakdown(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(match q.format {
@@ -177,10 +174,9 @@ pub async fn views(
     pairs: QueryPairs,
 ) -> Result<Response, ApiError> {
     let q = parse(&pairs, ViewsQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .views(&auth.user.id, &q, &streams)
+        .views(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(match q.format {
@@ -263,7 +259,6 @@ pub async fn timeline(
 ) -> Result<Json<TimelineBody>, ApiError> {
     let q = parse(&pairs, TimelineQuery::parse)?;
     let stream = state.streams.get(&id).await?;
-    let streams = state.streams.ids_by_source().await?;
     let (probes, viewers) = tokio::try_join!(
         async {
             timeline::buckets(&state.db, &stream.id, q.range, q.granularity)
@@ -273,7 +268,7 @@ pub async fn timeline(
         async {
             state
                 .analytics
-                .timeline_viewers(&auth.user.id, &stream.source_url, &q, &streams)
+                .timeline_viewers(&auth.user.id, &stream.source_url, &q, &state.streams)
                 .await
                 .map_err(store_failed)
         },

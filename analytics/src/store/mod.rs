@@ -9,7 +9,11 @@
 //!   the refresher's upserts on its single writer); percentiles by row number.
 //!
 //! Selection (range, filters, `streamId` through the caller's `src → streamId` map) and
-//! grouping happen in SQL and fill one [`Aggregate`] per group; the bodies are built by
+//! grouping happen in SQL and fill one [`Aggregate`] per group. The map comes from the
+//! caller's [`StreamDirectory`], asked only when a question names `streamId` (a filter, a
+//! breakdown by it) or its answer shows it (the views list); it never goes into SQL whole
+//! (a filter sends the sources of the ids it names; ClickHouse's breakdown by `streamId`
+//! loads the registered sources into a temporary table of its own session). the bodies are built by
 //! the shared builders of [`crate::response`], as the reference implementation's are.
 //! [`Store::guarded_by`] puts every read behind the telemetry store's circuit breaker.
 
@@ -19,6 +23,9 @@ pub(crate) mod sqlite;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
 
 use ingest::{SinkError, SqliteSink, SupervisedSink};
 
@@ -70,6 +77,41 @@ impl From<AnalyticsError> for SinkError {
             AnalyticsError::Retryable(m) => SinkError::Retryable(m),
             AnalyticsError::Permanent(m) => SinkError::Permanent(m),
         }
+    }
+}
+
+/// Where a question finds the caller's registered streams: every stream's `streamId` by
+/// its `sourceUrl`, which is how a view's `src` names its stream (analytics.md §4). The
+/// [`Store`] asks only when a question names `streamId` or its answer shows it, so the
+/// others never read the streams. The server's implementation caches the map; a
+/// [`StreamIds`] is one as it is (tests, benchmarks).
+pub trait StreamDirectory: Send + Sync {
+    /// `src` → `streamId` of every registered stream.
+    fn ids_by_source(&self) -> BoxFuture<'_, Result<Arc<StreamIds>, AnalyticsError>>;
+}
+
+impl StreamDirectory for StreamIds {
+    fn ids_by_source(&self) -> BoxFuture<'_, Result<Arc<StreamIds>, AnalyticsError>> {
+        Box::pin(async move { Ok(Arc::new(self.clone())) })
+    }
+}
+
+impl StreamDirectory for Arc<StreamIds> {
+    fn ids_by_source(&self) -> BoxFuture<'_, Result<Arc<StreamIds>, AnalyticsError>> {
+        Box::pin(async move { Ok(self.clone()) })
+    }
+}
+
+/// The map of `streams` when `needed`, else an empty one (which resolves nothing, and
+/// nothing asks it to).
+async fn stream_ids(
+    streams: &dyn StreamDirectory,
+    needed: bool,
+) -> Result<Arc<StreamIds>, AnalyticsError> {
+    if needed {
+        streams.ids_by_source().await
+    } else {
+        Ok(Arc::default())
     }
 }
 
@@ -251,8 +293,9 @@ impl Store {
         &self,
         owner: &str,
         q: &OverviewQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<OverviewBody, AnalyticsError> {
+        let streams = &*stream_ids(streams, q.filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -270,8 +313,9 @@ impl Store {
         &self,
         owner: &str,
         q: &TimeseriesQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<TimeseriesBody, AnalyticsError> {
+        let streams = &*stream_ids(streams, q.filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -294,8 +338,10 @@ impl Store {
         &self,
         owner: &str,
         q: &BreakdownQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<BreakdownBody, AnalyticsError> {
+        let needed = q.filters.names_stream_id() || q.by == Dimension::StreamId;
+        let streams = &*stream_ids(streams, needed).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -340,13 +386,15 @@ impl Store {
         &self,
         owner: &str,
         q: &ViewsQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<ViewsBody, AnalyticsError> {
+        let filtered = q.filters.names_stream_id();
+        let ids = stream_ids(streams, filtered).await?;
         let sel = Selection {
             owner,
             range: q.range,
             filters: &q.filters,
-            streams,
+            streams: &ids,
             src: None,
         };
         let rows = self
@@ -357,7 +405,13 @@ impl Store {
                 }
             })
             .await?;
-        Ok(ViewsBody::build(&rows, q.limit, streams))
+        // Each item shows its `streamId`: the map is read for a page with a `src` in it.
+        let ids = if !filtered && rows.iter().any(|v| v.dims.src.is_some()) {
+            streams.ids_by_source().await?
+        } else {
+            ids
+        };
+        Ok(ViewsBody::build(&rows, q.limit, &ids))
     }
 
     /// The viewers half of `GET /api/v1/streams/{id}/timeline`: `owner`'s views whose
@@ -369,8 +423,9 @@ impl Store {
         owner: &str,
         stream_src: &str,
         q: &TimelineQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<Vec<TimelineViewers>, AnalyticsError> {
+        let streams = &*stream_ids(streams, q.filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -397,8 +452,9 @@ impl Store {
         filters: &Filters,
         metric: Metric,
         measurement: Measurement,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<(i64, Option<f64>), AnalyticsError> {
+        let streams = &*stream_ids(streams, filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range,

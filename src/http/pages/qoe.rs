@@ -237,7 +237,6 @@ pub async fn page(
         }
         Ok(filters) => {
             let bq = BreakdownQuery::new(sel.range, filters, metric, by);
-            let streams = state.streams.ids_by_source().await?;
             let (tiles, body) = tokio::join!(
                 qoe_tiles(
                     &state,
@@ -246,7 +245,9 @@ pub async fn page(
                     &sel.filter_query,
                     &bq.filters
                 ),
-                state.analytics.breakdown(&user.0.user.id, &bq, &streams)
+                state
+                    .analytics
+                    .breakdown(&user.0.user.id, &bq, &state.streams)
             );
             let tiles = match tiles {
                 Ok(t) => Some(t),

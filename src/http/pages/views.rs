@@ -97,10 +97,13 @@ pub async fn list(
     match parsed {
         Err(e) => errors.extend(e),
         Ok(vq) => {
-            let streams = state.streams.ids_by_source().await?;
             let names: std::collections::HashMap<String, String> =
                 state.streams.names().await?.into_iter().collect();
-            match state.analytics.views(&user.0.user.id, &vq, &streams).await {
+            match state
+                .analytics
+                .views(&user.0.user.id, &vq, &state.streams)
+                .await
+            {
                 Err(e) => {
                     tracing::warn!(error = %e, "views page: store unavailable");
                     errors.push("The telemetry store did not answer; try again shortly.".into());

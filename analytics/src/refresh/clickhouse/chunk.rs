@@ -9,12 +9,12 @@ use clickhouse::Row;
 use ingest::EventType;
 use serde::Deserialize;
 
-use super::session_set::{SessionSet, SESSION_SET};
 use super::ChRefresh;
+use super::SESSION_SET;
 use crate::dims::BatchDims;
 use crate::event::{needs_payload, Event};
 use crate::refresh::{now_ms, RefreshStats};
-use crate::store::clickhouse::{map_err, ViewRow};
+use crate::store::clickhouse::{map_err, SessionSet, ViewRow};
 use crate::store::sql::day_of;
 use crate::store::AnalyticsError;
 use crate::view::View;

@@ -39,7 +39,6 @@
 
 mod chunk;
 mod recover;
-mod session_set;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -47,12 +46,14 @@ use clickhouse::{Client, Row};
 use serde::{Deserialize, Serialize};
 
 use self::chunk::{MAX_TOMBSTONE_DAYS, WRITE_BATCH};
-use self::session_set::{SessionSet, SESSION_SET};
 use super::{now_ms, RecentRecords, RefreshConfig, RefreshState, RefreshStats};
 use crate::live::{self, Changed, Key, LiveViews};
-use crate::store::clickhouse::{map_err, ViewRow};
+use crate::store::clickhouse::{map_err, SessionSet, ViewRow};
 use crate::store::sql::day_of;
 use crate::store::AnalyticsError;
+
+/// The temporary table holding the sessions of the chunk a step reads ([`SessionSet`]).
+const SESSION_SET: &str = "refresh_sessions";
 
 /// The refresh step of one ClickHouse store: reads and upserts through its client.
 pub(crate) struct ChRefresh {
@@ -316,7 +317,7 @@ impl ChRefresh {
         // stored views' record counts would skip nothing: that read is left out then.
         let skip_unchanged = previous.is_none();
         if !by_owner.is_empty() || !read_back.is_empty() || !from_memory.is_empty() {
-            let set = SessionSet::open(&self.client).await?;
+            let set = SessionSet::open(&self.client, SESSION_SET).await?;
             // A view memory writes for the first time must have had no other record.
             let (checked, failed) = self
                 .check_new_views(&set, &from_memory, started, live)

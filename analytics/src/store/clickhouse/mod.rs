@@ -8,6 +8,7 @@
 
 mod reads;
 pub(crate) mod rows;
+pub(crate) mod session;
 
 use clickhouse::Client;
 
@@ -15,12 +16,9 @@ use super::sql::{Arg, Dialect, Sql};
 use super::AnalyticsError;
 
 pub(crate) use self::rows::ViewRow;
+pub(crate) use self::session::SessionSet;
 
 const D: Dialect = Dialect::ClickHouse;
-
-/// Queries can carry a `src → streamId` map of every registered stream; ClickHouse's
-/// default 256 KiB query size would cap it near 3,000 streams.
-const MAX_QUERY_SIZE: &str = "67108864";
 
 /// The ClickHouse engine.
 #[derive(Clone)]
@@ -34,9 +32,7 @@ pub(crate) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
 
 impl ChStore {
     pub fn new(client: Client) -> Self {
-        ChStore {
-            client: client.with_setting("max_query_size", MAX_QUERY_SIZE),
-        }
+        ChStore { client }
     }
 
     /// The shared client (database selected), e.g. for the refresher.
@@ -46,13 +42,18 @@ impl ChStore {
 
     /// The request of `sql`, its arguments bound in order.
     fn query(&self, sql: &Sql) -> clickhouse::query::Query {
-        let mut q = self.client.query(&sql.text);
-        for a in &sql.args {
-            q = match a {
-                Arg::Str(s) => q.bind(s.as_str()),
-                Arg::Int(i) => q.bind(*i),
-            };
-        }
-        q
+        bind(&self.client, sql)
     }
+}
+
+/// The request of `sql` on `client`, its arguments bound in order.
+pub(crate) fn bind(client: &Client, sql: &Sql) -> clickhouse::query::Query {
+    let mut q = client.query(&sql.text);
+    for a in &sql.args {
+        q = match a {
+            Arg::Str(s) => q.bind(s.as_str()),
+            Arg::Int(i) => q.bind(*i),
+        };
+    }
+    q
 }

@@ -9,13 +9,16 @@ use ingest::EventType;
 use super::rows::{
     AggAll, AggBucket, AggValue, EventReadRow, PageKey, SessionRow, ViewRow, VIEW_COLUMNS,
 };
-use super::{map_err, ChStore, D};
+use super::{map_err, ChStore, SessionSet, D};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
 use crate::session::{SessionSummary, StoredEvent, TypeCounts};
 use crate::store::sql::{bucket_expr, day_of, push_selection, Sql};
 use crate::store::{AnalyticsError, Group, GroupKey, Needs, Selection};
 use crate::view::View;
+
+/// The temporary table of a breakdown by `streamId`: every registered stream's source.
+const STREAM_SOURCES: &str = "stream_sources";
 
 /// The aggregate columns a route needs, in the order of the `Agg*` rows' fields after the
 /// key; an input not needed is a constant (0, no quantiles), so its column is not read and
@@ -94,29 +97,7 @@ impl ChStore {
             Group::Bucket(w) => {
                 sql.push(&bucket_expr(D, *w)).push(" AS k, ");
             }
-            Group::Dim(Dimension::StreamId) => {
-                if sel.streams.is_empty() {
-                    sql.push("CAST(NULL AS Nullable(String)) AS k, ");
-                } else {
-                    let mut pairs: Vec<(&String, &String)> = sel.streams.iter().collect();
-                    pairs.sort();
-                    sql.push("nullIf(transform(ifNull(src, ''), [");
-                    for (i, (src, _)) in pairs.iter().enumerate() {
-                        if i > 0 {
-                            sql.push(", ");
-                        }
-                        sql.str(src);
-                    }
-                    sql.push("], [");
-                    for (i, (_, id)) in pairs.iter().enumerate() {
-                        if i > 0 {
-                            sql.push(", ");
-                        }
-                        sql.str(id);
-                    }
-                    sql.push("], ''), '') AS k, ");
-                }
-            }
+            Group::Dim(Dimension::StreamId) => return self.by_stream(sel, needs).await,
             Group::Dim(dim) => {
                 sql.push("CAST(");
                 D.push_value(&mut sql, dim);
@@ -156,6 +137,75 @@ impl ChStore {
                 })
                 .collect(),
         })
+    }
+
+    /// The groups of a breakdown by `streamId`, the map kept out of the query's text: the
+    /// registered sources go into a temporary table of a session of its own
+    /// ([`SessionSet`]). The views of each registered source are one group (a source names
+    /// one stream); every other view (no `src`, or one no stream registers) is the `None`
+    /// group, aggregated by a second query of the same session.
+    async fn by_stream(
+        &self,
+        sel: Selection<'_>,
+        needs: Needs,
+    ) -> Result<Vec<(GroupKey, Aggregate)>, AnalyticsError> {
+        let select = |head: &str, tail: &str| {
+            let mut sql = Sql::new(head);
+            sql.push(&aggregates(needs))
+                .push(" FROM qoe_views FINAL WHERE ");
+            push_selection(&mut sql, D, &sel);
+            sql.push(tail);
+            sql
+        };
+        let none = |rows: Vec<AggAll>| {
+            rows.iter()
+                .map(AggAll::aggregate)
+                .filter(|a| a.views > 0)
+                .map(|a| (GroupKey::Value(None), a))
+                .collect::<Vec<_>>()
+        };
+        if sel.streams.is_empty() {
+            // Nothing registered: every view is in the `None` group.
+            let rows = self
+                .query(&select("SELECT ", ""))
+                .fetch_all::<AggAll>()
+                .await
+                .map_err(map_err)?;
+            return Ok(none(rows));
+        }
+        let set = SessionSet::open(&self.client, STREAM_SOURCES).await?;
+        let read = async {
+            let sources: Vec<&str> = sel.streams.keys().map(String::as_str).collect();
+            set.load(&sources).await?;
+            let registered = set
+                .query_sql(&select(
+                    "SELECT src AS k, ",
+                    &format!(" AND src IN {STREAM_SOURCES} GROUP BY k"),
+                ))
+                .fetch_all::<AggValue>()
+                .await
+                .map_err(map_err)?;
+            let others = set
+                .query_sql(&select(
+                    "SELECT ",
+                    &format!(" AND (src IS NULL OR src NOT IN {STREAM_SOURCES})"),
+                ))
+                .fetch_all::<AggAll>()
+                .await
+                .map_err(map_err)?;
+            let mut groups: Vec<(GroupKey, Aggregate)> = registered
+                .into_iter()
+                .map(|r| {
+                    let id = r.k.as_ref().and_then(|src| sel.streams.get(src)).cloned();
+                    (GroupKey::Value(id), r.aggregate())
+                })
+                .collect();
+            groups.extend(none(others));
+            Ok(groups)
+        }
+        .await;
+        set.close().await;
+        read
     }
 
     /// The page in two reads: the page's keys first (three narrow columns sorted, not

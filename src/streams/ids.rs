@@ -20,9 +20,12 @@ use super::{StreamError, Streams};
 /// What the probe reads: the number of streams and the highest `seq`.
 type Version = (i64, i64);
 
+/// A map and the version it was read at.
+type Held = Option<(Version, Arc<StreamIds>)>;
+
 /// The last map read and the version it was read at; shared by every clone of [`Streams`].
 #[derive(Clone, Default)]
-pub(super) struct IdCache(Arc<Mutex<Option<(Version, Arc<StreamIds>)>>>);
+pub(super) struct IdCache(Arc<Mutex<Held>>);
 
 impl IdCache {
     fn get(&self, version: Version) -> Option<Arc<StreamIds>> {

@@ -26,6 +26,7 @@ pub mod startup;
 pub mod states;
 pub mod streams;
 pub mod supervisor;
+pub mod telemetry;
 pub mod time;
 pub mod validation;
 pub mod waitlist;

@@ -98,11 +98,14 @@ impl Server {
             rate: RateLimiter::new(config.auth_rate_limit),
             signup: config.signup,
             slow_ms: config.slow_ms,
-            writer: writer.handle(),
+            intake: crate::telemetry::Intake::new(
+                writer.handle(),
+                live.clone(),
+                Some(sink.clone()),
+                crate::telemetry::STORE_DEADLINE,
+            ),
             sink,
             analytics: analytics.clone(),
-            live: live.clone(),
-            user_agents: ingest::UaCache::new(10_000),
             db: db.clone(),
         });
 

@@ -50,16 +50,13 @@ pub struct AppState {
     pub rate: RateLimiter,
     pub signup: crate::config::Signup,
     pub slow_ms: u64,
-    pub writer: ingest::WriterHandle,
+    /// Accepting a telemetry batch: the writer, the live views the refresher writes from
+    /// memory (ClickHouse), the breaker, the User-Agent cache.
+    pub intake: crate::telemetry::Intake,
     /// The telemetry store behind its circuit breaker (decisions.md §11).
     pub sink: ingest::SupervisedSink,
     /// Every read of telemetry (QoE routes, session read-back), under the same breaker.
     pub analytics: analytics::Store,
-    /// ClickHouse: the views this process ingests, which the ingest route feeds with every
-    /// acknowledged batch and the refresher writes from memory.
-    pub live: Option<Arc<analytics::LiveViews>>,
-    /// Browser, OS and device of a User-Agent, cached (a fleet has few distinct agents).
-    pub user_agents: ingest::UaCache,
 }
 
 /// The whole service's routes.

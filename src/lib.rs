@@ -2,13 +2,18 @@
 //!
 //! * [`config`] — flags and environment, parsed once.
 //! * [`startup`] — opens the stores, spawns background tasks, serves.
-//! * [`http`] — the only axum code: router, handlers, error mapping.
+//! * [`http`] — the only axum code: router, handlers, error mapping, pages, `/metrics`.
 //! * [`accounts`], [`streams`], [`keys`], [`probes`], [`waitlist`] — domain types and storage.
+//! * [`telemetry`] — accepting a telemetry batch: its write, its live views, its outcome.
+//! * [`alerts`] — alert rules, their evaluation, incidents, channels, the outbox and its sender.
 //! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
-//! * [`ssrf`] — the guard shared by registration and every probe.
+//! * [`ssrf`] — the guard shared by registration, every probe and every alert delivery.
+//! * [`ratelimit`] — the per-client limit of the auth routes.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
-//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
-//! * [`metrics`] — Prometheus metrics: recorder, `/metrics`, request tracking, sampled gauges.
+//! * [`time`], [`validation`] — epoch-ms timestamps and ids; zod-style field checks.
+//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations (the
+//!   one runner of the `migrate` crate).
+//! * [`metrics`] — Prometheus metrics: recorder, descriptions, sampled gauges.
 //! * [`supervisor`] — background tasks; one that dies stops the process (non-zero exit).
 
 pub mod accounts;

@@ -193,16 +193,10 @@ impl Server {
                     format!("cannot listen on STREAMWATCH_METRICS_LISTEN {addr}")
                 })?;
                 let bound = metrics_listener.local_addr()?;
-                let mut stop_metrics = stop.clone();
-                let app = crate::metrics::router(metrics);
-                tasks.service("metrics listener", async move {
-                    axum::serve(metrics_listener, app)
-                        .with_graceful_shutdown(async move {
-                            let _ = stop_metrics.wait_for(|v| *v).await;
-                        })
-                        .await
-                        .map_err(|e| format!("metrics listener failed: {e}"))
-                });
+                tasks.service(
+                    "metrics listener",
+                    crate::http::metrics::serve(metrics_listener, metrics, stop.clone()),
+                );
                 tracing::info!(addr = %bound, "metrics listening");
                 Some(bound)
             }

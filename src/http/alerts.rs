@@ -11,7 +11,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, InternalError};
 use super::extract::{object, RowId, SessionUser, SmallBody};
 use super::query::{int_in_range, invalid_enum, timestamp, QueryPairs};
 use super::AppState;
@@ -479,7 +479,7 @@ fn paging(q: &QueryPairs, errors: &mut FieldErrors) -> (i64, Option<i64>) {
         (status = 201, description = "The channel; `secret` for a webhook, this once", body = ChannelCreatedBody),
         (status = 400, description = "Invalid body, or a target the SSRF guard refuses", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create_channel(
@@ -512,7 +512,7 @@ pub async fn create_channel(
     responses(
         (status = 200, body = ChannelList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_channels(
@@ -534,7 +534,7 @@ pub async fn list_channels(
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn update_channel(
@@ -558,7 +558,7 @@ pub async fn update_channel(
         (status = 204, description = "Deleted"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn delete_channel(
@@ -577,7 +577,7 @@ pub async fn delete_channel(
         (status = 202, description = "Queued", body = DeliveryBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn test_channel(
@@ -597,7 +597,7 @@ pub async fn test_channel(
         (status = 400, description = "Not a webhook channel (key `type`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn rotate_secret(
@@ -616,7 +616,7 @@ pub async fn rotate_secret(
         (status = 201, body = RuleBody),
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create_rule(
@@ -634,7 +634,7 @@ pub async fn create_rule(
     responses(
         (status = 200, body = RuleList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_rules(
@@ -656,7 +656,7 @@ pub async fn list_rules(
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's rules", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn update_rule(
@@ -677,7 +677,7 @@ pub async fn update_rule(
         (status = 204, description = "Deleted"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's rules", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn delete_rule(
@@ -701,7 +701,7 @@ pub async fn delete_rule(
         (status = 200, body = IncidentList),
         (status = 400, description = "A bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_incidents(
@@ -750,7 +750,7 @@ pub async fn list_incidents(
         (status = 200, body = DeliveryList),
         (status = 400, description = "A bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_deliveries(
@@ -797,7 +797,7 @@ pub async fn list_deliveries(
         (status = 202, description = "Queued", body = DeliveryBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's deliveries (or its channel is gone)", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn resend(

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, AuthErrorBody, ErrorBody};
+use super::error::{ApiError, AuthErrorBody, InternalError};
 use super::extract::{clear_cookie, foreign_origin, session_cookie, set_cookie, SmallBody};
 use super::AppState;
 use crate::accounts::{check_name, normalize_email, Issued, NameProblem, Session, User, NAME_MAX};
@@ -223,7 +223,7 @@ fn issued_response(issued: Issued, body: impl Serialize) -> Response {
         (status = 400, description = "Invalid body, foreign Origin, or sign-up disabled", body = AuthErrorBody),
         (status = 422, description = "The e-mail is taken", body = AuthErrorBody),
         (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn sign_up(
     state: State<Arc<AppState>>,
@@ -286,7 +286,7 @@ async fn try_sign_up(
         (status = 400, description = "Invalid body or foreign Origin", body = AuthErrorBody),
         (status = 401, description = "Wrong password or unknown e-mail", body = AuthErrorBody),
         (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn sign_in(
     state: State<Arc<AppState>>,
@@ -324,7 +324,7 @@ async fn try_sign_in(
 #[utoipa::path(post, path = "/api/auth/sign-out", operation_id = "signOut", tag = "accounts",
     responses(
         (status = 200, body = SignOutAnswer),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn sign_out(
     State(state): State<Arc<AppState>>,
@@ -346,7 +346,7 @@ pub async fn sign_out(
 #[utoipa::path(get, path = "/api/auth/get-session", operation_id = "getSession", tag = "accounts",
     responses(
         (status = 200, description = "The session, or `null`", body = Option<SessionAnswer>),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn get_session(
     State(state): State<Arc<AppState>>,

@@ -10,6 +10,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod keys;
+pub mod metrics;
 pub mod openapi;
 pub mod pages;
 pub mod qoe;
@@ -145,7 +146,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             },
         ))
         .layer(middleware::from_fn(security::headers))
-        .layer(middleware::from_fn(crate::metrics::track_requests))
+        .layer(middleware::from_fn(metrics::track_requests))
         // Request ids: taken from `x-request-id` or generated, on every log line of the
         // request (the access log line included), and echoed in the response.
         .layer(PropagateRequestIdLayer::x_request_id())

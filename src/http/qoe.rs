@@ -17,7 +17,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, StoreUnavailable};
 use super::extract::{RowId, SessionUser};
 use super::query::QueryPairs;
 use super::AppState;
@@ -62,7 +62,7 @@ fn csv(file: &'static str, body: String) -> Response {
         (status = 200, body = OverviewBody),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn overview(
@@ -94,7 +94,7 @@ pub async fn overview(
         (status = 200, description = "The answer; with `format=csv`, the same as CSV (a header row, one row per item)", content((TimeseriesBody = "application/json"), (String = "text/csv"))),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn timeseries(
@@ -131,7 +131,7 @@ pub async fn timeseries(
         (status = 200, description = "The answer; with `format=csv`, the same as CSV (a header row, one row per item)", content((BreakdownBody = "application/json"), (String = "text/csv"))),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn breakdown(
@@ -165,7 +165,7 @@ pub async fn breakdown(
         (status = 200, description = "The answer; with `format=csv`, the same as CSV (a header row, one row per item)", content((ViewsBody = "application/json"), (String = "text/csv"))),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn views(
@@ -248,7 +248,7 @@ pub struct TimelineBody {
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Unknown stream", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn timeline(

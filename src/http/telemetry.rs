@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 use tower_http::cors::{Any, CorsLayer};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, StoreUnavailable};
 use super::extract::{read_body, BodyError, PathText, SessionUser, MSG_BODY_UNREADABLE};
 use super::AppState;
 use crate::time::Timestamp;
@@ -298,7 +298,7 @@ fn refused(reason: &'static str, events: usize, e: ApiError) -> ApiError {
     responses(
         (status = 200, body = SessionList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn sessions(
@@ -322,7 +322,7 @@ pub async fn sessions(
         (status = 200, body = SessionEvents),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "The caller has no such session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn session_events(

@@ -1,5 +1,5 @@
 //! The typed request of each QoE route (analytics.md §4, §5): built from a query string by
-//! [`parse`] (the contract's 400 messages), or directly with the typed constructors below,
+//! `parse.rs` (the contract's 400 messages), or directly with the typed constructors below,
 //! as pages and the alert evaluator do. The vocabulary they are made of is
 //! [`crate::model`]'s (re-exported here, as before).
 

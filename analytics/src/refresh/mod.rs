@@ -6,9 +6,9 @@
 //! deduplicated events and batch records, derives them with [`crate::view::View::derive`]
 //! (one code path for both engines) and upserts them; then it moves the watermark.
 //!
-//! - **SQLite** ([`sqlite`]): the watermark is the last `view_batches.id` derived; the
+//! - **SQLite** (`refresh/sqlite.rs`): the watermark is the last `view_batches.id` derived; the
 //!   step is exact (every record above the watermark, nothing else).
-//! - **ClickHouse** ([`clickhouse`]): the watermark is the server time of the last step's
+//! - **ClickHouse** (`refresh/clickhouse/`): the watermark is the server time of the last step's
 //!   start; a step looks again at a margin before it for records still in flight, reads
 //!   only what changed since its own last step, writes the views the process is ingesting
 //!   from memory ([`crate::live`]), and recovers the records a server restart may have

@@ -92,6 +92,7 @@ impl Server {
         let state = Arc::new(AppState {
             alerts: alerts.clone(),
             accounts: Accounts::new(db.clone(), &secret)?,
+            invitations: crate::accounts::invitations::Invitations::new(db.clone()),
             streams: Streams::new(db.clone(), guard.clone(), config.max_streams_per_user),
             keys: keys.clone(),
             key_cache: key_cache.clone(),

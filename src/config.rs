@@ -38,7 +38,8 @@ pub enum UsersCommand {
     Add(Box<AddUser>),
 }
 
-/// `streamwatch users add --email … --name …` with the service's storage settings.
+/// `streamwatch users add --email … --name …`: only the settings that find the accounts'
+/// store (the data dir or `DATABASE_URL`), not every flag of `serve`.
 #[derive(Debug, Args)]
 pub struct AddUser {
     /// E-mail address the user signs in with.
@@ -47,8 +48,15 @@ pub struct AddUser {
     /// Display name (1–120 characters).
     #[arg(long)]
     pub name: String,
-    #[command(flatten)]
-    pub config: Config,
+    /// The server's data dir (holds the embedded accounts store).
+    #[arg(long, env = "STREAMWATCH_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// The server's `postgres://…` or `sqlite://…` store; empty means the data dir's SQLite file.
+    #[arg(long, env = "DATABASE_URL", value_parser = parse_database_url)]
+    pub database_url: Option<DatabaseUrl>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "STREAMWATCH_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    pub log_format: LogFormat,
 }
 
 /// Everything the service needs to start. Every field has a default so `streamwatch serve`

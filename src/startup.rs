@@ -35,6 +35,8 @@ pub struct Server {
     max_connections: usize,
     background: Supervisor,
     writer: BatchWriter,
+    /// Held until the server has stopped: no second server on this data dir meanwhile.
+    lock: crate::data_dir::DataDirLock,
     pub state: Arc<AppState>,
 }
 
@@ -69,6 +71,8 @@ impl Server {
                 config.data_dir.display()
             )
         })?;
+        // Before anything writes into the dir (decisions.md §15).
+        let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
             .await
@@ -217,6 +221,7 @@ impl Server {
             max_connections,
             background: tasks,
             writer,
+            lock,
             state,
         })
     }
@@ -256,9 +261,12 @@ impl Server {
             max_connections,
             mut background,
             writer,
+            lock,
             state,
         } = self;
-        tracing::info!(addr = %listener.local_addr()?, max_connections, "listening");
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, max_connections, "listening");
+        tracing::info!("open {} in a browser for the dashboard", dashboard_url(addr));
         let mut death = None;
         let stop_serving = async {
             tokio::select! {
@@ -275,11 +283,24 @@ impl Server {
         drop(state);
         writer.shutdown().await;
         let later = background.stop().await;
+        drop(lock);
         match death.or_else(|| later.into_iter().next()) {
             Some(d) => Err(anyhow::anyhow!(d)),
             None => Ok(()),
         }
     }
+}
+
+/// The dashboard's address for a person at this machine: a wildcard listen address is
+/// reached through loopback.
+pub fn dashboard_url(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+        ip if ip.is_unspecified() => "[::1]".to_owned(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        ip => ip.to_string(),
+    };
+    format!("http://{host}:{}/app", addr.port())
 }
 
 /// Adapts a task that cannot fail to the supervisor's signature.
@@ -301,7 +322,8 @@ async fn writer_watch(mut failure: watch::Receiver<Option<String>>) -> Result<()
 pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
     let email = normalize_email(&add.email).context("--email is not a valid e-mail address")?;
     check_name(&add.name).map_err(|p| anyhow::anyhow!("--name {p}"))?;
-    let config = add.config;
+    let mut config = Config::defaults(&add.data_dir);
+    config.database_url = add.database_url;
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!(
             "cannot create STREAMWATCH_DATA_DIR {}",

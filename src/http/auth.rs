@@ -46,7 +46,7 @@ pub struct SignUpBody {
 #[schema(rename_all = "camelCase")]
 #[allow(dead_code)] // documents the body; parsed with better-auth's messages
 pub struct ChangePasswordBody {
-    #[schema(example = "correct-horse-battery")]
+    #[schema(example = "the-current-password")]
     current_password: String,
     /// 8–128 characters, not the current password.
     #[schema(min_length = 8, max_length = 128, example = "staple-battery-horse")]

@@ -266,7 +266,10 @@ impl Server {
         } = self;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, max_connections, "listening");
-        tracing::info!("open {} in a browser for the dashboard", dashboard_url(addr));
+        tracing::info!(
+            "open {} in a browser for the dashboard",
+            dashboard_url(addr)
+        );
         let mut death = None;
         let stop_serving = async {
             tokio::select! {

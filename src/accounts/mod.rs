@@ -277,7 +277,15 @@ impl Accounts {
         for attempt in 0..2 {
             let id = new_id();
             match self
-                .insert_user(&id, name, email, phc, first_only, invitation, must_change_password)
+                .insert_user(
+                    &id,
+                    name,
+                    email,
+                    phc,
+                    first_only,
+                    invitation,
+                    must_change_password,
+                )
                 .await
             {
                 Ok(role) => {

@@ -71,7 +71,9 @@ impl From<Invitation> for InvitationItem {
             revoked_at: i.revoked_at.map(Timestamp),
             state: i.state.into(),
             used_at: i.used_at.map(Timestamp),
-            used_by: i.used_by.map(|(id, email, name)| UserBody { email, id, name }),
+            used_by: i
+                .used_by
+                .map(|(id, email, name)| UserBody { email, id, name }),
         }
     }
 }

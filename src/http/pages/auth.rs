@@ -145,7 +145,8 @@ pub async fn signup(
             }
             Ok(true) => match invite {
                 None => {
-                    page.refusal = "Sign-up on this server is by invitation: ask its owner for a link.";
+                    page.refusal =
+                        "Sign-up on this server is by invitation: ask its owner for a link.";
                 }
                 Some(token) => match state.invitations.state_of(token).await {
                     Err(e) => return super::PageError::internal(e).into_response(),
@@ -172,8 +173,10 @@ pub async fn signup(
     let mut r = render(&page);
     if invite.is_some() {
         // The token is in this page's URL: no Referer carries it anywhere.
-        r.headers_mut()
-            .insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        r.headers_mut().insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
     }
     r
 }

@@ -56,7 +56,11 @@ pub async fn page(
         Err(InvitationError::NotFound) => return Err(PageError::NotFound),
         Err(e) => return Err(PageError::internal(e)),
     };
-    let members = state.accounts.members().await.map_err(PageError::internal)?;
+    let members = state
+        .accounts
+        .members()
+        .await
+        .map_err(PageError::internal)?;
     Ok(render(&TeamPage {
         frame: Frame::new(&user, Section::Team),
         members: members

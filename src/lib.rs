@@ -8,13 +8,15 @@
 //! * [`ssrf`] — the guard shared by registration and every probe.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
 //! * [`data_dir`] — the data dir's lock: one server per `STREAMWATCH_DATA_DIR`.
-//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
+//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations;
+//!   [`create_database`] makes a missing PostgreSQL database.
 //! * [`metrics`] — Prometheus metrics: recorder, `/metrics`, request tracking, sampled gauges.
 //! * [`supervisor`] — background tasks; one that dies stops the process (non-zero exit).
 
 pub mod accounts;
 pub mod alerts;
 pub mod config;
+pub mod create_database;
 pub mod data_dir;
 pub mod db;
 pub mod http;

@@ -133,47 +133,72 @@ impl Server {
                 stop.clone(),
             )),
         );
+        // Tasks on the relational store start once it is migrated: until then each would log
+        // the same failure every second (decisions.md §15); the migrator reports it alone.
         tasks.service(
             "alert sender",
-            ok(crate::alerts::sender::run(
-                alerts.clone(),
-                crate::alerts::sender::SenderConfig {
-                    poll: config.alert_timing.sender_poll,
-                    ..Default::default()
-                },
-                stop.clone(),
-            )),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::sender::run(
+                    alerts.clone(),
+                    crate::alerts::sender::SenderConfig {
+                        poll: config.alert_timing.sender_poll,
+                        ..Default::default()
+                    },
+                    stop.clone(),
+                )),
+            ),
         );
         tasks.service(
             "alert evaluator",
-            ok(crate::alerts::evaluate::run(
-                alerts,
-                state.analytics.clone(),
-                state.streams.clone(),
-                config.alert_timing.evaluate_every,
-                stop.clone(),
-            )),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::evaluate::run(
+                    alerts,
+                    state.analytics.clone(),
+                    state.streams.clone(),
+                    config.alert_timing.evaluate_every,
+                    stop.clone(),
+                )),
+            ),
         );
         tasks.service(
             "api key lastUsedAt writer",
-            ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+            once_ready(
+                &db,
+                &stop,
+                ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+            ),
         );
         if let Some(DatabaseUrl::Postgres(url)) = &config.database_url {
             tasks.service(
                 "api key cache listener",
-                ok(key_cache.run_listener(url.clone(), stop.clone())),
+                once_ready(
+                    &db,
+                    &stop,
+                    ok(key_cache.run_listener(url.clone(), stop.clone())),
+                ),
             );
         }
         if background.prober {
             let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
                 .context("cannot start the prober")?;
-            tasks.service("prober", ok(scheduler.run(stop.clone())));
+            tasks.service(
+                "prober",
+                once_ready(&db, &stop, ok(scheduler.run(stop.clone()))),
+            );
             tasks.service(
                 "probe retention",
-                ok(crate::prober::retention::run(
-                    crate::probes::Probes::new(db.clone()),
-                    stop.clone(),
-                )),
+                once_ready(
+                    &db,
+                    &stop,
+                    ok(crate::prober::retention::run(
+                        crate::probes::Probes::new(db.clone()),
+                        stop.clone(),
+                    )),
+                ),
             );
         }
 
@@ -304,6 +329,26 @@ pub fn dashboard_url(addr: SocketAddr) -> String {
         ip => ip.to_string(),
     };
     format!("http://{host}:{}/app", addr.port())
+}
+
+/// Runs `fut` once the relational store is reachable and migrated (at once when it is), or
+/// not at all when the server stops first.
+fn once_ready(
+    db: &Db,
+    stop: &watch::Receiver<bool>,
+    fut: impl Future<Output = Result<(), String>> + Send + 'static,
+) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    let (db, mut stop) = (db.clone(), stop.clone());
+    async move {
+        // The migrator flips one flag; a short poll of it costs nothing and needs no channel.
+        while !db.is_ready() {
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            }
+        }
+        fut.await
+    }
 }
 
 /// Adapts a task that cannot fail to the supervisor's signature.

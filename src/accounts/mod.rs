@@ -437,7 +437,6 @@ impl Accounts {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        metrics::counter!("streamwatch_auth_password_changes_total").increment(1);
         let user = User {
             must_change_password: false,
             ..user.clone()

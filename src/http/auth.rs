@@ -488,7 +488,7 @@ pub async fn change_password(
     body: SmallBody,
 ) -> Result<Response, ApiError> {
     let r = try_change_password(state, peer, headers, body).await;
-    metrics::counter!("streamwatch_auth_password_change_attempts_total", "outcome" => outcome(&r))
+    metrics::counter!("streamwatch_auth_password_changes_total", "outcome" => outcome(&r))
         .increment(1);
     r
 }

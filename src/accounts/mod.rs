@@ -354,7 +354,7 @@ impl Accounts {
         if let Some(invitation) = invitation {
             // Spent only if still live; a concurrent sign-up with the same token waits on the
             // row and then finds it used.
-            if !invitations::spend(&mut *tx, invitation, id, now)
+            if !invitations::spend(&mut tx, invitation, id, now)
                 .await
                 .map_err(db_err)?
             {

@@ -11,14 +11,18 @@
 //! * [`ratelimit`] — the per-client limit of the auth routes.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
 //! * [`time`], [`validation`] — epoch-ms timestamps and ids; zod-style field checks.
+//! * [`data_dir`] — the data dir's lock: one server per `STREAMWATCH_DATA_DIR`.
 //! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations (the
-//!   one runner of the `migrate` crate).
+//!   one runner of the `migrate` crate); [`create_database`] makes a missing PostgreSQL
+//!   database.
 //! * [`metrics`] — Prometheus metrics: recorder, descriptions, sampled gauges.
 //! * [`supervisor`] — background tasks; one that dies stops the process (non-zero exit).
 
 pub mod accounts;
 pub mod alerts;
 pub mod config;
+pub mod create_database;
+pub mod data_dir;
 pub mod db;
 pub mod http;
 pub mod keys;

@@ -8,7 +8,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::{Modify, OpenApi};
 
 use super::error::{InternalError, StoreUnavailable};
-use super::{agents, alerts, auth, health, keys, qoe, streams, telemetry, waitlist};
+use super::{agents, alerts, auth, health, invitations, keys, qoe, streams, telemetry, waitlist};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,7 +19,8 @@ use super::{agents, alerts, auth, health, keys, qoe, streams, telemetry, waitlis
         license(name = "MIT"),
     ),
     paths(
-        auth::sign_up, auth::sign_in, auth::sign_out, auth::get_session,
+        auth::sign_up, auth::sign_in, auth::sign_out, auth::get_session, auth::change_password,
+        invitations::create, invitations::list, invitations::revoke,
         streams::create, streams::list, streams::get, streams::update, streams::delete,
         agents::feed,
         keys::create, keys::list, keys::revoke,
@@ -35,7 +36,7 @@ use super::{agents, alerts, auth, health, keys, qoe, streams, telemetry, waitlis
     components(responses(InternalError, StoreUnavailable)),
     modifiers(&Security),
     tags(
-        (name = "accounts", description = "Sign-up, sign-in and the session cookie (better-auth's routes)"),
+        (name = "accounts", description = "Sign-up, sign-in and the session cookie (better-auth's routes); the owner's invitations"),
         (name = "streams", description = "Monitored streams and their health snapshot"),
         (name = "agents", description = "The agent feed: probes explained"),
         (name = "keys", description = "API keys for the player SDK"),

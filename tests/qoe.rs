@@ -183,6 +183,21 @@ async fn every_route_answers_by_construction(app: TestApp) {
             ]
         })
     );
+    // The views metric is a count: 0 in an empty bucket, not null (analytics.md v1.2).
+    let (s, body) = get(
+        &app,
+        c,
+        &format!("/api/v1/qoe/timeseries?metric=views&granularity=hour&{RANGE}"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        body["items"],
+        json!([
+            { "t": "2026-01-01T10:00:00.000Z", "value": 2, "views": 2 },
+            { "t": "2026-01-01T11:00:00.000Z", "value": 0, "views": 0 }
+        ])
+    );
 
     let (s, body) = get(
         &app,

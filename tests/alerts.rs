@@ -560,7 +560,13 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
             assert_eq!(s, StatusCode::ACCEPTED, "{d}");
             assert_eq!(
                 queued(&d),
-                (json!("test"), json!("pending"), json!(0), Value::Null, Value::Null),
+                (
+                    json!("test"),
+                    json!("pending"),
+                    json!(0),
+                    Value::Null,
+                    Value::Null
+                ),
                 "round {round}: {d}"
             );
             last = d;
@@ -569,7 +575,11 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
     // Each one was then attempted: the refused ones failed, the others were sent.
     let (_, log) = get(&app, &ctx.cookie, "/api/v1/alerts/deliveries?limit=100").await;
     for d in log["items"].as_array().unwrap() {
-        let want = if d["channelId"] == moved["id"] { "failed" } else { "sent" };
+        let want = if d["channelId"] == moved["id"] {
+            "failed"
+        } else {
+            "sent"
+        };
         let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| {
             d["status"] != "pending"
         })
@@ -590,7 +600,13 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
         assert_eq!(s, StatusCode::ACCEPTED, "{d}");
         assert_eq!(
             queued(&d),
-            (json!("test"), json!("pending"), json!(0), Value::Null, Value::Null),
+            (
+                json!("test"),
+                json!("pending"),
+                json!(0),
+                Value::Null,
+                Value::Null
+            ),
             "resend {round}: {d}"
         );
     }

@@ -923,10 +923,7 @@ async fn shutdown_waits_for_probes_in_flight(engine: Engine) {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     origin.set(
         "/slow.m3u8",
-        gated(
-            delayed(reply(200, VOD), Duration::from_millis(1500)),
-            &gate,
-        ),
+        gated(delayed(reply(200, VOD), Duration::from_millis(1500)), &gate),
     );
     // The server is run directly (not through TestApp, which keeps the app state alive): only
     // the stop signal ends it.
@@ -967,7 +964,10 @@ async fn shutdown_waits_for_probes_in_flight(engine: Engine) {
     stop.send(()).expect("stop");
     // Stopping, the server waits on the held probe (well within its 8 s timeout).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!running.is_finished(), "the server ended with a probe in flight");
+    assert!(
+        !running.is_finished(),
+        "the server ended with a probe in flight"
+    );
     open(&gate);
     tokio::time::timeout(Duration::from_secs(30), running)
         .await

@@ -283,6 +283,19 @@ await check('a server failure shows one form-level message', async () => {
   await page.waitForSelector('[data-form-error]:not(:empty)');
   const formError = await page.$eval('[data-form-error]', (el) => [el.textContent, el.getAttribute('role')]);
   eq(formError, ['The server failed to do this. Try again in a moment.', 'alert'], 'form error');
+  // Styled as a message box (the template writes a bare <div data-form-error>).
+  const look = await page.$eval('[data-form-error]', (el) => {
+    const cs = getComputedStyle(el);
+    const danger = getComputedStyle(document.documentElement).getPropertyValue('--danger').trim();
+    const probe = document.createElement('span');
+    probe.style.color = danger;
+    document.body.append(probe);
+    const dangerRgb = getComputedStyle(probe).color;
+    probe.remove();
+    return { border: cs.borderLeftWidth, colored: cs.color === dangerRgb };
+  });
+  eq(look, { border: '4px', colored: true }, 'form-level message style');
+  await page.screenshot({ path: join(shots, 'keys-form-error.png') });
   await clean();
   await page.close();
 });

@@ -21,7 +21,8 @@ function xAxis(theme: ChartTheme): uPlot.Axis {
     stroke: theme.text,
     grid: { stroke: theme.grid, width: 1 },
     ticks: { stroke: theme.grid, width: 1 },
-    space: 70,
+    // Labels with seconds (ticks under a minute apart, when the range is a few minutes) are wider.
+    space: (_u, _axis, min, max) => (max - min < 1200 ? 100 : 70),
     values: (_u, splits, _axis, _space, incr) => timeTicks(splits, incr),
   };
 }

@@ -202,7 +202,13 @@ await check('a series of one non-empty bucket draws visible marks: charts, timel
   for (const [context, variant] of [[light, 'light'], [darkCtx, 'dark'], [narrowCtx, '375']]) {
     const { page, clean } = await open(context, '/app/one-bucket');
     const states = await page.$$eval('figure[data-chart]', (figs) => figs.map((f) => [f.id, f.dataset.chartState]));
-    eq(states, [['one-views', 'drawn'], ['one-failures', 'drawn'], ['one-timeline', 'drawn'], ['one-spark-views', 'drawn'], ['one-spark-failures', 'drawn']], `${variant}: chart states`);
+    eq(states, [['one-views', 'drawn'], ['one-failures', 'drawn'], ['one-timeline', 'drawn'], ['one-probe', 'drawn'], ['one-spark-views', 'drawn'], ['one-spark-failures', 'drawn']], `${variant}: chart states`);
+    // One probe: a dot in the middle of a few minutes' axis (not at the edge of a years-wide one).
+    const severity = (await (await fetch(`${server.url}/api/v1/agents?one=1`)).json()).items[0].severity;
+    const dotVar = { info: '--status-healthy', warn: '--status-degraded', critical: '--status-failing' }[severity];
+    const dot = await marks(page, '#one-probe', dotVar);
+    const centre = (dot.box[0] + dot.box[2]) / 2;
+    assert(dot.count >= 12 && Math.abs(centre - dot.width / 2) < dot.width * 0.15, `${variant}: the one probe is drawn at x ${centre} of ${dot.width} (${JSON.stringify(dot)})`);
     for (const [id, cssVar, opts] of [
       ['one-views', '--chart-line', { upper: true }],
       ['one-failures', '--chart-line', {}],

@@ -101,6 +101,7 @@ async function api(req, res, url, body, sleep) {
   }
   if (route === 'GET /api/v1/agents') {
     if (q.has('drop')) return req.socket.destroy();
+    if (q.has('one')) return json(res, 200, { items: [fixture('agents.json').items[0]] });
     return json(res, 200, fixture(q.has('empty') ? 'agents-empty.json' : 'agents.json'));
   }
   let m = url.pathname.match(/^\/api\/v1\/streams\/([\w-]+)\/timeline$/);

@@ -66,11 +66,17 @@ const fromZero: uPlot.Scale = { range: (_u, _min, max) => [0, max > 0 ? max * 1.
 
 /**
  * A time scale that stays readable with a single instant (one probe, one bucket): five
- * minutes on each side instead of uPlot's degenerate years-wide axis.
+ * minutes on each side instead of uPlot's degenerate axis. (uPlot widens a lone x value to
+ * 1,000 days before asking this range, so the data is read, not min and max: that axis read
+ * "May 1, Nov 1, May 1" with the probe at its left edge.)
  */
 const pointTime: uPlot.Scale = {
   time: true,
-  range: (_u, min, max) => (min === max ? [min - 300, max + 300] : [min, max]),
+  range: (u, min, max) => {
+    const xs = u.data[0];
+    const only = xs.length > 0 && xs[0] === xs[xs.length - 1] ? xs[0] : null;
+    return only === null ? [min, max] : [only - 300, only + 300];
+  },
 };
 
 /**

@@ -181,9 +181,11 @@ pub struct SpoolStats {
     pub records: u64,
     /// When the oldest record held was committed, Unix milliseconds.
     pub oldest_spooled_at_ms: Option<i64>,
-    /// Bytes of appends waiting for their commit (within `memory_bytes`).
+    /// Bytes of appends accepted but not yet committed (counted against
+    /// `max_bytes`), including appends still waiting for room in `memory_bytes`.
     pub queued_bytes: u64,
-    /// Appends waiting for their commit.
+    /// Records handed to the spool's thread and waiting for their commit (their
+    /// bytes stay within `memory_bytes`).
     pub queued_records: u64,
     /// The spool's `max_bytes`.
     pub max_bytes: u64,

@@ -24,7 +24,7 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::store::{connect, is_damage, unix_ms, Store, DB_FILE, WAL_FILE};
-use super::SpoolError;
+use super::{RecordId, SpoolError};
 
 /// SQLite's WAL header and frame header sizes (sqlite.org/fileformat2.html §4.1).
 const WAL_HEADER: u64 = 32;
@@ -59,6 +59,9 @@ pub struct Rebuild {
     pub salvaged: u64,
     /// Records known to have been held that could not be read (now quarantine rows).
     pub unreadable: u64,
+    /// Set when the highest id could not be read and reads failed after this id:
+    /// records past it may have been held; how many is unknown.
+    pub tail_lost_after: Option<RecordId>,
 }
 
 /// Opens the spool's database in `dir`, repairing it as the module doc says.
@@ -144,11 +147,13 @@ pub(crate) fn rebuild(dir: &Path, cause: String) -> Result<(Store, Rebuild), Spo
         moved_to: aside,
         salvaged: salvage.copied,
         unreadable: salvage.unreadable,
+        tail_lost_after: salvage.tail_lost_after,
     };
     tracing::error!(
         cause = %rebuild.cause,
         salvaged = rebuild.salvaged,
         unreadable = rebuild.unreadable,
+        tail_lost_after = ?rebuild.tail_lost_after.map(|id| id.0),
         moved_to = %rebuild.moved_to.display(),
         "spool: the database file was damaged; rebuilt from the records still readable, \
          the damaged files kept aside"
@@ -184,6 +189,7 @@ fn replay_wal(db: &Path) -> rusqlite::Result<Replayed> {
 struct Salvage {
     copied: u64,
     unreadable: u64,
+    tail_lost_after: Option<RecordId>,
 }
 
 /// A record as read from a damaged file, copied as it is (its checksum is checked
@@ -239,10 +245,15 @@ fn salvage(old: &Connection, new: &mut Store) -> rusqlite::Result<Salvage> {
         if scan_end {
             break;
         }
-        // Probe past the damage.
-        let mut resumed = false;
+        // Probe past the damage. Without the highest id, stop after PROBE_LIMIT ids
+        // that gave nothing: the records after that, if any, are past knowing.
+        let mut failed: Vec<i64> = Vec::new();
         let mut misses = 0;
-        while last.is_none_or(|l| next <= l) && misses < PROBE_LIMIT {
+        let mut resumed = false;
+        while match last {
+            Some(last) => next <= last,
+            None => misses < PROBE_LIMIT,
+        } {
             match old
                 .query_row(&format!("{SELECT_RAW} WHERE id = ?1"), [next], read_raw)
                 .optional()
@@ -255,11 +266,18 @@ fn salvage(old: &Connection, new: &mut Store) -> rusqlite::Result<Salvage> {
                 }
                 Ok(None) => misses += 1,
                 Err(_) => {
-                    unreadable.push(next);
-                    misses = 0;
+                    failed.push(next);
+                    misses += 1;
                 }
             }
             next += 1;
+        }
+        // Failures before a readable record, or up to the known highest id, were
+        // records; failures at the end with no highest id may be past the last one.
+        if resumed || last.is_some() {
+            unreadable.extend(failed);
+        } else if let Some(&first) = failed.first() {
+            out.tail_lost_after = Some(RecordId(first - 1));
         }
         if !resumed {
             break;

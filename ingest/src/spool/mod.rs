@@ -207,7 +207,8 @@ pub struct SpoolStats {
 impl SpoolStats {
     /// Age of the oldest record held at `now` (zero if its time is ahead of `now`).
     pub fn oldest_age(&self, now: SystemTime) -> Option<Duration> {
-        let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(self.oldest_spooled_at_ms?).ok()?);
+        let at =
+            UNIX_EPOCH + Duration::from_millis(u64::try_from(self.oldest_spooled_at_ms?).ok()?);
         Some(now.duration_since(at).unwrap_or_default())
     }
 }

@@ -74,10 +74,12 @@ pub(crate) fn open_store(dir: &Path) -> Result<(Store, Recovery), SpoolError> {
     let cause = match replay_wal(&db) {
         Ok(replayed) => {
             let ps = replayed.page_size;
+            // SQLite writes the WAL's header with its first frame: a WAL without an
+            // intact commit has nothing worth keeping.
             let valid_wal = if replayed.frames > 0 {
                 WAL_HEADER + replayed.frames * (WAL_FRAME_HEADER + ps)
             } else {
-                wal_before.min(WAL_HEADER)
+                0
             };
             recovery.wal_bytes_cut = wal_before.saturating_sub(valid_wal);
             if recovery.wal_bytes_cut > 0 {
@@ -138,7 +140,7 @@ pub(crate) fn rebuild(dir: &Path, cause: String) -> Result<(Store, Rebuild), Spo
     sync_dir(dir)?;
     let db = dir.join(DB_FILE);
     let mut store = Store::open(&db).map_err(|e| open_error(&db, e))?;
-    let salvage = match connect(&aside.join(DB_FILE)) {
+    let salvage = match open_damaged(&aside.join(DB_FILE)) {
         Ok(old) => salvage(&old, &mut store).map_err(|e| open_error(&db, e))?,
         Err(_) => Salvage::default(),
     };
@@ -183,6 +185,19 @@ fn replay_wal(db: &Path) -> rusqlite::Result<Replayed> {
         page_size: page_size.max(0) as u64,
         page_count: page_count.max(0) as u64,
     })
+}
+
+/// Opens a damaged database to read what it can. `writable_schema` is SQLite's
+/// switch for reading a file shorter than its header says (otherwise refused as
+/// corrupt at the first statement); nothing is written through this connection.
+fn open_damaged(db: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(db)?;
+    conn.execute_batch(
+        "PRAGMA locking_mode = EXCLUSIVE;
+         PRAGMA writable_schema = ON;
+         PRAGMA cell_size_check = ON;",
+    )?;
+    Ok(conn)
 }
 
 #[derive(Default)]
@@ -254,10 +269,10 @@ fn salvage(old: &Connection, new: &mut Store) -> rusqlite::Result<Salvage> {
             Some(last) => next <= last,
             None => misses < PROBE_LIMIT,
         } {
-            match old
-                .query_row(&format!("{SELECT_RAW} WHERE id = ?1"), [next], read_raw)
-                .optional()
-            {
+            let probe = old
+                .prepare_cached(&format!("{SELECT_RAW} WHERE id = ?1"))
+                .and_then(|mut stmt| stmt.query_row([next], read_raw).optional());
+            match probe {
                 Ok(Some(raw)) => {
                     next = raw.id + 1;
                     buffer.push(raw);
@@ -359,7 +374,14 @@ fn copy_quarantine(old: &Connection, new: &mut Store) -> rusqlite::Result<()> {
     let Ok(rows) = stmt.query_map([], |r| {
         Ok((
             r.get::<_, i64>(0)?,
-            [r.get::<_, Value>(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?],
+            [
+                r.get::<_, Value>(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ],
         ))
     }) else {
         return Ok(());
@@ -378,12 +400,12 @@ fn copy_quarantine(old: &Connection, new: &mut Store) -> rusqlite::Result<()> {
 
 fn open_error(db: &Path, e: rusqlite::Error) -> SpoolError {
     match e {
-        rusqlite::Error::SqliteFailure(f, msg) => SpoolError::Store(std::sync::Arc::new(
-            rusqlite::Error::SqliteFailure(
+        rusqlite::Error::SqliteFailure(f, msg) => {
+            SpoolError::Store(std::sync::Arc::new(rusqlite::Error::SqliteFailure(
                 f,
                 Some(format!("{}: {}", db.display(), msg.unwrap_or_default())),
-            ),
-        )),
+            )))
+        }
         other => other.into(),
     }
 }

@@ -67,12 +67,16 @@ pub(crate) fn connect(path: &Path) -> rusqlite::Result<Connection> {
     // EXCLUSIVE first: entering WAL in exclusive mode keeps the WAL index in this
     // process's memory (no -shm file to map, or to be left damaged). The spool's
     // thread is the file's only user; the directory lock guarantees it.
-    // page_size and auto_vacuum only take effect on a new, empty file.
-    conn.execute_batch(
-        "PRAGMA locking_mode = EXCLUSIVE;
-         PRAGMA page_size = 4096;
-         PRAGMA auto_vacuum = INCREMENTAL;",
-    )?;
+    conn.execute_batch("PRAGMA locking_mode = EXCLUSIVE")?;
+    // Page size and auto-vacuum are chosen once, before the file's first page (on
+    // an existing file, setting auto_vacuum would write its header at every open:
+    // a WAL frame that recovery would count as the WAL's own).
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    if pages == 0 {
+        conn.execute_batch(&format!(
+            "PRAGMA page_size = {PAGE_SIZE}; PRAGMA auto_vacuum = INCREMENTAL;"
+        ))?;
+    }
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(rusqlite::Error::SqliteFailure(
@@ -247,7 +251,11 @@ impl Store {
     /// (but always the first one, so that a large record cannot stall the drain).
     /// Records failing their checksum are moved to quarantine on the way; if every
     /// record read was, reads on, so that an empty answer means an empty spool.
-    pub(crate) fn peek(&mut self, max_records: usize, max_bytes: usize) -> rusqlite::Result<Peeked> {
+    pub(crate) fn peek(
+        &mut self,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> rusqlite::Result<Peeked> {
         let mut peeked = Peeked::default();
         loop {
             let mut bad = Vec::new();

@@ -43,7 +43,10 @@ async fn one_commit_takes_every_append_queued_while_the_thread_was_busy() {
     assert_eq!(ids, (1..=200).map(RecordId).collect::<Vec<_>>());
     let stats = spool.stats();
     assert_eq!((stats.appended, stats.commits), (200, 1));
-    assert_eq!((stats.records, stats.queued_records, stats.queued_bytes), (200, 0, 0));
+    assert_eq!(
+        (stats.records, stats.queued_records, stats.queued_bytes),
+        (200, 0, 0)
+    );
     assert_eq!(stats.bytes, 200 * (300 + RECORD_OVERHEAD));
 }
 
@@ -79,7 +82,13 @@ async fn appends_wait_for_room_in_the_memory_budget() {
     assert_eq!(spool.stats().records, 10);
     let too_large = spool.append(record(0, 1000)).await;
     assert!(
-        matches!(too_large, Err(SpoolError::TooLarge { bytes: 1064, max: 1000 })),
+        matches!(
+            too_large,
+            Err(SpoolError::TooLarge {
+                bytes: 1064,
+                max: 1000
+            })
+        ),
         "{too_large:?}"
     );
 }
@@ -89,10 +98,16 @@ async fn peeks_oldest_first_within_limits_and_removes_through_an_id() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spool = Spool::open(dir.path(), 1 << 30).await.expect("open");
     for i in 1..=10 {
-        assert_eq!(spool.append(record(i, 100)).await.expect("append"), RecordId(i as i64));
+        assert_eq!(
+            spool.append(record(i, 100)).await.expect("append"),
+            RecordId(i as i64)
+        );
     }
     let ids = |recs: &[SpooledRecord]| recs.iter().map(|r| r.id.0).collect::<Vec<_>>();
-    assert_eq!(ids(&spool.peek(4, 1 << 20).await.expect("peek")), [1, 2, 3, 4]);
+    assert_eq!(
+        ids(&spool.peek(4, 1 << 20).await.expect("peek")),
+        [1, 2, 3, 4]
+    );
     // 250 bytes: two records of 100, not three.
     assert_eq!(ids(&spool.peek(100, 250).await.expect("peek")), [1, 2]);
     // A first record larger than max_bytes still comes, alone.
@@ -113,9 +128,19 @@ async fn peeks_oldest_first_within_limits_and_removes_through_an_id() {
             bytes: 3 * 164
         }
     );
-    assert_eq!(ids(&spool.peek(100, 1 << 20).await.expect("peek")), (4..=10).collect::<Vec<_>>());
+    assert_eq!(
+        ids(&spool.peek(100, 1 << 20).await.expect("peek")),
+        (4..=10).collect::<Vec<_>>()
+    );
     // Again, or an older id: nothing more to remove.
-    assert_eq!(spool.remove_through(RecordId(2)).await.expect("remove").records, 0);
+    assert_eq!(
+        spool
+            .remove_through(RecordId(2))
+            .await
+            .expect("remove")
+            .records,
+        0
+    );
     let stats = spool.stats();
     assert_eq!((stats.records, stats.bytes), (7, 7 * 164));
     assert_eq!((stats.drained_records, stats.drained_events), (3, events));
@@ -124,7 +149,10 @@ async fn peeks_oldest_first_within_limits_and_removes_through_an_id() {
     spool.remove_through(RecordId(10)).await.expect("remove");
     assert!(spool.peek(100, 1 << 20).await.expect("peek").is_empty());
     let stats = spool.stats();
-    assert_eq!((stats.records, stats.bytes, stats.oldest_spooled_at_ms), (0, 0, None));
+    assert_eq!(
+        (stats.records, stats.bytes, stats.oldest_spooled_at_ms),
+        (0, 0, None)
+    );
 }
 
 #[tokio::test]
@@ -136,7 +164,13 @@ async fn full_at_max_bytes_at_once_and_room_again_after_a_removal() {
     }
     let full = spool.append(record(11, 100)).await;
     assert!(
-        matches!(full, Err(SpoolError::Full { held: 1640, max: 1640 })),
+        matches!(
+            full,
+            Err(SpoolError::Full {
+                held: 1640,
+                max: 1640
+            })
+        ),
         "{full:?}"
     );
     // An empty record counts its overhead too.
@@ -145,8 +179,14 @@ async fn full_at_max_bytes_at_once_and_room_again_after_a_removal() {
         Err(SpoolError::Full { .. })
     ));
     spool.remove_through(RecordId(2)).await.expect("remove");
-    assert_eq!(spool.append(record(11, 100)).await.expect("append"), RecordId(11));
-    assert_eq!(spool.append(record(12, 100)).await.expect("append"), RecordId(12));
+    assert_eq!(
+        spool.append(record(11, 100)).await.expect("append"),
+        RecordId(11)
+    );
+    assert_eq!(
+        spool.append(record(12, 100)).await.expect("append"),
+        RecordId(12)
+    );
     assert!(matches!(
         spool.append(record(13, 100)).await,
         Err(SpoolError::Full { .. })
@@ -166,7 +206,10 @@ async fn a_second_open_of_the_directory_is_refused_until_the_first_is_closed() {
         }
         other => panic!("expected Locked, got {other:?}"),
     }
-    let message = Spool::open(dir.path(), 1 << 20).await.expect_err("locked").to_string();
+    let message = Spool::open(dir.path(), 1 << 20)
+        .await
+        .expect_err("locked")
+        .to_string();
     assert_eq!(
         message,
         format!(
@@ -176,9 +219,14 @@ async fn a_second_open_of_the_directory_is_refused_until_the_first_is_closed() {
         )
     );
     spool.close().await.expect("close");
-    assert!(matches!(spool.append(record(1, 10)).await, Err(SpoolError::Closed)));
+    assert!(matches!(
+        spool.append(record(1, 10)).await,
+        Err(SpoolError::Closed)
+    ));
     assert!(matches!(spool.peek(1, 1).await, Err(SpoolError::Closed)));
-    Spool::open(dir.path(), 1 << 20).await.expect("reopen after close");
+    Spool::open(dir.path(), 1 << 20)
+        .await
+        .expect("reopen after close");
 }
 
 #[tokio::test]
@@ -206,18 +254,32 @@ async fn records_ids_and_removals_survive_a_reopen() {
     // Empty, reopened: ids go on from where they were, never reused.
     let spool = Spool::open(dir.path(), 1 << 30).await.expect("reopen");
     assert_eq!(spool.stats().records, 0);
-    assert_eq!(spool.append(record(11, 10)).await.expect("append"), RecordId(11));
+    assert_eq!(
+        spool.append(record(11, 10)).await.expect("append"),
+        RecordId(11)
+    );
 }
 
 #[tokio::test]
 async fn empty_and_large_records_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spool = Spool::open(dir.path(), 1 << 30).await.expect("open");
-    let large: Vec<u8> = (0..3 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let large: Vec<u8> = (0..3 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
     let records = [
-        Record { events: 0, payload: Vec::new() },
-        Record { events: 1000, payload: large.clone() },
-        Record { events: 7, payload: vec![0] },
+        Record {
+            events: 0,
+            payload: Vec::new(),
+        },
+        Record {
+            events: 1000,
+            payload: large.clone(),
+        },
+        Record {
+            events: 7,
+            payload: vec![0],
+        },
     ];
     for r in &records {
         spool.append(r.clone()).await.expect("append");
@@ -230,7 +292,10 @@ async fn empty_and_large_records_round_trip() {
     let back = spool.peek(10, 8 << 20).await.expect("peek");
     let got: Vec<Record> = back
         .into_iter()
-        .map(|r| Record { events: r.events, payload: r.payload })
+        .map(|r| Record {
+            events: r.events,
+            payload: r.payload,
+        })
         .collect();
     assert_eq!(got, records);
 }
@@ -266,10 +331,16 @@ async fn a_record_failing_its_checksum_is_quarantined_and_the_rest_drained() {
         .collect();
     assert_eq!(ids, [1, 3, 4, 6]);
     let stats = spool.stats();
-    assert_eq!((stats.records, stats.bytes, stats.quarantined), (4, 4 * 164, 2));
+    assert_eq!(
+        (stats.records, stats.bytes, stats.quarantined),
+        (4, 4 * 164, 2)
+    );
     // Peeking past a quarantined head: the next good record is the oldest.
     spool.remove_through(RecordId(1)).await.expect("remove");
-    assert_eq!(spool.peek(1, 1 << 20).await.expect("peek")[0].id, RecordId(3));
+    assert_eq!(
+        spool.peek(1, 1 << 20).await.expect("peek")[0].id,
+        RecordId(3)
+    );
     spool.close().await.expect("close");
 
     let spool = Spool::open(dir.path(), 1 << 30).await.expect("reopen");
@@ -284,8 +355,15 @@ async fn a_record_failing_its_checksum_is_quarantined_and_the_rest_drained() {
         .collect::<Result<_, _>>()
         .expect("rows");
     assert_eq!(reasons.len(), 2);
-    assert_eq!((reasons[0].0, reasons[0].1.as_str()), (2, "checksum mismatch"));
-    assert_eq!(reasons[1].2, record(5, 100).payload, "the record is kept as it was");
+    assert_eq!(
+        (reasons[0].0, reasons[0].1.as_str()),
+        (2, "checksum mismatch")
+    );
+    assert_eq!(
+        reasons[1].2,
+        record(5, 100).payload,
+        "the record is kept as it was"
+    );
 }
 
 #[tokio::test]

@@ -69,7 +69,10 @@ async fn spool_child_appends_and_drains() {
         .unwrap_or(200);
     let drainer = spool.clone();
     tokio::spawn(async move {
-        while drain > 0 {
+        if drain == 0 {
+            return;
+        }
+        loop {
             let batch = drainer.peek(drain, 64 << 20).await.expect("peek");
             match batch.last() {
                 Some(last) => {

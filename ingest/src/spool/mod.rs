@@ -67,10 +67,16 @@
 //! // Request path: 204 once this returns Ok; Full -> 500.
 //! spool.append(Record { events: 5, payload: b"...".to_vec() }).await?;
 //! // Drainer: oldest first, one insert per peek, removal after the ack.
-//! let batch = spool.peek(10_000, 16 << 20).await?;
-//! if let Some(last) = batch.last() {
-//!     // insert every record of `batch` downstream, in order, then:
+//! loop {
+//!     let batch = spool.peek(10_000, 16 << 20).await?;
+//!     let Some(last) = batch.last() else {
+//!         spool.wait_for_records().await;
+//!         continue;
+//!     };
+//!     // insert every record of `batch` downstream, in order (on failure: back
+//!     // off and peek again, the same records come back), then:
 //!     spool.remove_through(last.id).await?;
+//! #   break;
 //! }
 //! spool.close().await?;
 //! # Ok(()) }
@@ -362,6 +368,19 @@ impl Spool {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Remove { through, reply })?;
         answer.await.map_err(|_| SpoolError::Closed)?
+    }
+
+    /// Returns once the spool holds a record (at once if it does): the drainer's
+    /// wait when a peek came back empty.
+    pub async fn wait_for_records(&self) {
+        loop {
+            // Created before the check, so a commit in between still wakes it.
+            let appended = self.inner.shared.appended.notified();
+            if self.stats().records > 0 {
+                return;
+            }
+            appended.await;
+        }
     }
 
     /// Current figures (no I/O).

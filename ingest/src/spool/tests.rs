@@ -409,3 +409,59 @@ fn oldest_age_is_measured_from_the_oldest_record() {
     };
     assert_eq!(empty.oldest_age(now), None);
 }
+
+#[tokio::test]
+async fn wait_for_records_returns_once_a_commit_added_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spool = Spool::open(dir.path(), 1 << 30).await.expect("open");
+    let waiter = {
+        let spool = spool.clone();
+        tokio::spawn(async move { spool.wait_for_records().await })
+    };
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "an empty spool has nothing to wait for"
+    );
+    spool.append(record(1, 10)).await.expect("append");
+    waiter.await.expect("woken");
+    // Records held: returns at once.
+    spool.wait_for_records().await;
+}
+
+#[tokio::test]
+async fn a_drained_spool_hands_its_free_pages_back_to_the_filesystem() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spool = Spool::open(dir.path(), 1 << 30).await.expect("open");
+    let db = dir.path().join(DB_FILE);
+    // 4 MiB of records, committed in a few groups.
+    let appends: Vec<_> = (0..1000)
+        .map(|i| {
+            let spool = spool.clone();
+            tokio::spawn(async move { spool.append(record(i, 4000)).await })
+        })
+        .collect();
+    for a in appends {
+        a.await.expect("join").expect("append");
+    }
+    // Draining half leaves more held than free: nothing is moved yet.
+    spool.remove_through(RecordId(500)).await.expect("remove");
+    spool.close().await.expect("close");
+    let half = std::fs::metadata(&db).expect("db").len();
+    assert!(half > 3 << 20, "{half}");
+
+    let spool = Spool::open(dir.path(), 1 << 30).await.expect("reopen");
+    spool.remove_through(RecordId(1000)).await.expect("remove");
+    // The pages are handed back after the removal is answered; a peek queued
+    // behind it returns once they are.
+    spool.peek(1, 1).await.expect("peek");
+    let empty = std::fs::metadata(&db).expect("db").len();
+    assert!(empty < 1 << 20, "{empty} bytes after the drain");
+    assert_eq!(
+        spool.append(record(1, 10)).await.expect("append"),
+        RecordId(1001)
+    );
+    assert_eq!(spool.peek(10, 1 << 20).await.expect("peek").len(), 1);
+}

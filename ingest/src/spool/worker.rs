@@ -57,6 +57,8 @@ pub(super) struct Shared {
     pub max_bytes: u64,
     space: Mutex<Space>,
     counters: Mutex<Counters>,
+    /// Woken after each commit that added records (the drainer waits on it).
+    pub appended: tokio::sync::Notify,
 }
 
 /// Bytes against `max_bytes`: held on disk, and queued for a commit. One lock, so
@@ -91,6 +93,7 @@ impl Shared {
             max_bytes,
             space: Mutex::default(),
             counters: Mutex::default(),
+            appended: tokio::sync::Notify::new(),
         }
     }
 
@@ -325,6 +328,9 @@ fn commit_group(store: &mut Store, shared: &Shared, mut group: Vec<Job>) -> Opti
             (Job::Remove { reply, .. }, Done::Removed(r)) => drop(reply.send(Ok(r))),
             _ => {}
         }
+    }
+    if appended > 0 {
+        shared.appended.notify_waiters();
     }
     if had_removals {
         match store.release_free_pages(held) {

@@ -76,8 +76,8 @@ async fn main() -> Result<()> {
     };
     println!("\nappend: {}s per run", cli.seconds);
     println!(
-        "{:<24} {:>9} {:>7} {:>12} {:>9} {:>14}",
-        "store", "appenders", "bytes", "records/s", "MB/s", "records/fsync"
+        "{:<24} {:>9} {:>7} {:>12} {:>9} {:>14} {:>16}",
+        "store", "appenders", "bytes", "records/s", "MB/s", "records/fsync", "CPU µs/record"
     );
     for &store in stores {
         for &size in &cli.sizes {
@@ -85,13 +85,14 @@ async fn main() -> Result<()> {
                 let dir = tempfile::tempdir_in(&cli.dir).context("tempdir")?;
                 let run = append_run(store, dir.path(), appenders, size, cli.seconds).await?;
                 println!(
-                    "{:<24} {:>9} {:>7} {:>12.0} {:>9.1} {:>14.1}",
+                    "{:<24} {:>9} {:>7} {:>12.0} {:>9.1} {:>14.1} {:>16.1}",
                     store.name(),
                     appenders,
                     size,
                     run.records as f64 / run.seconds,
                     (run.records * size as u64) as f64 / run.seconds / 1e6,
                     run.records as f64 / run.syncs.max(1) as f64,
+                    run.cpu_seconds * 1e6 / run.records.max(1) as f64,
                 );
             }
         }
@@ -108,6 +109,24 @@ struct AppendRun {
     records: u64,
     syncs: u64,
     seconds: f64,
+    /// CPU time of this whole process (appenders included) during the run.
+    cpu_seconds: f64,
+}
+
+/// User + system CPU time of this process so far, from /proc/self/stat (clock
+/// ticks of 1/100 s, Linux's `USER_HZ`).
+fn process_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which may hold spaces) in parentheses.
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
 }
 
 /// `appenders` tasks append `size`-byte records flat out for `seconds`.
@@ -126,6 +145,7 @@ async fn append_run(
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let cpu_before = process_cpu_seconds();
     let tasks: Vec<_> = (0..appenders)
         .map(|w| {
             let (target, stop, done) = (target.clone(), stop.clone(), done.clone());
@@ -146,12 +166,14 @@ async fn append_run(
         t.await??;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds() - cpu_before;
     let syncs = target.syncs();
     target.close().await?;
     Ok(AppendRun {
         records: done.load(Ordering::Relaxed),
         syncs,
         seconds,
+        cpu_seconds,
     })
 }
 

@@ -79,9 +79,18 @@ async fn main() -> Result<()> {
         "{:<24} {:>9} {:>7} {:>12} {:>9} {:>14} {:>16}",
         "store", "appenders", "bytes", "records/s", "MB/s", "records/fsync", "CPU µs/record"
     );
-    for &store in stores {
-        for &size in &cli.sizes {
-            for &appenders in &cli.appenders {
+    // Stores side by side for each shape, the first one rotating: the disk is
+    // shared and its state drifts (writeback of an earlier run), so each
+    // comparison is made within a few seconds and no store always goes first.
+    let shapes = cli.sizes.iter().flat_map(|&size| {
+        cli.appenders
+            .iter()
+            .map(move |&appenders| (size, appenders))
+    });
+    for (turn, (size, appenders)) in shapes.enumerate() {
+        for k in 0..stores.len() {
+            let store = stores[(turn + k) % stores.len()];
+            {
                 let dir = tempfile::tempdir_in(&cli.dir).context("tempdir")?;
                 let run = append_run(store, dir.path(), appenders, size, cli.seconds).await?;
                 println!(

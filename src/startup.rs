@@ -35,6 +35,8 @@ pub struct Server {
     max_connections: usize,
     background: Supervisor,
     writer: BatchWriter,
+    /// Held until the server has stopped: no second server on this data dir meanwhile.
+    lock: crate::data_dir::DataDirLock,
     pub state: Arc<AppState>,
 }
 
@@ -69,6 +71,8 @@ impl Server {
                 config.data_dir.display()
             )
         })?;
+        // Before anything writes into the dir (decisions.md §15).
+        let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
             .await
@@ -92,6 +96,7 @@ impl Server {
         let state = Arc::new(AppState {
             alerts: alerts.clone(),
             accounts: Accounts::new(db.clone(), &secret)?,
+            invitations: crate::accounts::invitations::Invitations::new(db.clone()),
             streams: Streams::new(db.clone(), guard.clone(), config.max_streams_per_user),
             keys: keys.clone(),
             key_cache: key_cache.clone(),
@@ -128,47 +133,72 @@ impl Server {
                 stop.clone(),
             )),
         );
+        // Tasks on the relational store start once it is migrated: until then each would log
+        // the same failure every second (decisions.md §15); the migrator reports it alone.
         tasks.service(
             "alert sender",
-            ok(crate::alerts::sender::run(
-                alerts.clone(),
-                crate::alerts::sender::SenderConfig {
-                    poll: config.alert_timing.sender_poll,
-                    ..Default::default()
-                },
-                stop.clone(),
-            )),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::sender::run(
+                    alerts.clone(),
+                    crate::alerts::sender::SenderConfig {
+                        poll: config.alert_timing.sender_poll,
+                        ..Default::default()
+                    },
+                    stop.clone(),
+                )),
+            ),
         );
         tasks.service(
             "alert evaluator",
-            ok(crate::alerts::evaluate::run(
-                alerts,
-                state.analytics.clone(),
-                state.streams.clone(),
-                config.alert_timing.evaluate_every,
-                stop.clone(),
-            )),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::evaluate::run(
+                    alerts,
+                    state.analytics.clone(),
+                    state.streams.clone(),
+                    config.alert_timing.evaluate_every,
+                    stop.clone(),
+                )),
+            ),
         );
         tasks.service(
             "api key lastUsedAt writer",
-            ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+            once_ready(
+                &db,
+                &stop,
+                ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+            ),
         );
         if let Some(DatabaseUrl::Postgres(url)) = &config.database_url {
             tasks.service(
                 "api key cache listener",
-                ok(key_cache.run_listener(url.clone(), stop.clone())),
+                once_ready(
+                    &db,
+                    &stop,
+                    ok(key_cache.run_listener(url.clone(), stop.clone())),
+                ),
             );
         }
         if background.prober {
             let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
                 .context("cannot start the prober")?;
-            tasks.service("prober", ok(scheduler.run(stop.clone())));
+            tasks.service(
+                "prober",
+                once_ready(&db, &stop, ok(scheduler.run(stop.clone()))),
+            );
             tasks.service(
                 "probe retention",
-                ok(crate::prober::retention::run(
-                    crate::probes::Probes::new(db.clone()),
-                    stop.clone(),
-                )),
+                once_ready(
+                    &db,
+                    &stop,
+                    ok(crate::prober::retention::run(
+                        crate::probes::Probes::new(db.clone()),
+                        stop.clone(),
+                    )),
+                ),
             );
         }
 
@@ -216,6 +246,7 @@ impl Server {
             max_connections,
             background: tasks,
             writer,
+            lock,
             state,
         })
     }
@@ -255,9 +286,15 @@ impl Server {
             max_connections,
             mut background,
             writer,
+            lock,
             state,
         } = self;
-        tracing::info!(addr = %listener.local_addr()?, max_connections, "listening");
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, max_connections, "listening");
+        tracing::info!(
+            "open {} in a browser for the dashboard",
+            dashboard_url(addr)
+        );
         let mut death = None;
         let stop_serving = async {
             tokio::select! {
@@ -274,10 +311,43 @@ impl Server {
         drop(state);
         writer.shutdown().await;
         let later = background.stop().await;
+        drop(lock);
         match death.or_else(|| later.into_iter().next()) {
             Some(d) => Err(anyhow::anyhow!(d)),
             None => Ok(()),
         }
+    }
+}
+
+/// The dashboard's address for a person at this machine: a wildcard listen address is
+/// reached through loopback.
+pub fn dashboard_url(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+        ip if ip.is_unspecified() => "[::1]".to_owned(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        ip => ip.to_string(),
+    };
+    format!("http://{host}:{}/app", addr.port())
+}
+
+/// Runs `fut` once the relational store is reachable and migrated (at once when it is), or
+/// not at all when the server stops first.
+fn once_ready(
+    db: &Db,
+    stop: &watch::Receiver<bool>,
+    fut: impl Future<Output = Result<(), String>> + Send + 'static,
+) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    let (db, mut stop) = (db.clone(), stop.clone());
+    async move {
+        // The migrator flips one flag; a short poll of it costs nothing and needs no channel.
+        while !db.is_ready() {
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            }
+        }
+        fut.await
     }
 }
 
@@ -300,7 +370,8 @@ async fn writer_watch(mut failure: watch::Receiver<Option<String>>) -> Result<()
 pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
     let email = normalize_email(&add.email).context("--email is not a valid e-mail address")?;
     check_name(&add.name).map_err(|p| anyhow::anyhow!("--name {p}"))?;
-    let config = add.config;
+    let mut config = Config::defaults(&add.data_dir);
+    config.database_url = add.database_url;
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!(
             "cannot create STREAMWATCH_DATA_DIR {}",

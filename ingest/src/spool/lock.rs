@@ -1,5 +1,6 @@
-//! One process per spool directory: an exclusive `flock(2)` on `spool.lock`, held
-//! for as long as the spool's thread runs.
+//! One process per spool directory: the OS's advisory lock (`flock` on Unix) on
+//! `spool.lock`, held for as long as the spool's thread runs (taken as the
+//! server's data-dir lock is).
 //!
 //! `flock` belongs to the open file description, so a second open in the same
 //! process is refused as well, and the kernel releases it when the process dies
@@ -9,8 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
-use rustix::fs::{flock, FlockOperation};
-use rustix::io::Errno;
+use fs4::FileExt;
 
 use super::SpoolError;
 
@@ -36,9 +36,9 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        match FileExt::try_lock(&file) {
             Ok(()) => {}
-            Err(Errno::WOULDBLOCK) => {
+            Err(fs4::TryLockError::WouldBlock) => {
                 // The holder wrote its pid: worth naming in the one line an operator reads.
                 let mut pid = String::new();
                 let _ = file.read_to_string(&mut pid);
@@ -47,7 +47,7 @@ impl DirLock {
                     holder: pid.trim().parse().ok(),
                 });
             }
-            Err(e) => return Err(io(e.into())),
+            Err(fs4::TryLockError::Error(e)) => return Err(io(e)),
         }
         // Informational only: the lock is the flock, not this content.
         file.set_len(0).map_err(io)?;

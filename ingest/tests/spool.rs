@@ -640,3 +640,41 @@ async fn concurrent_appenders_share_commits() {
     let held = all_records(&spool).await;
     assert_eq!(ids(&held), (1..=1600).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn damage_met_while_running_is_rebuilt_in_place_and_the_rest_drained() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 27 MB: far more than SQLite's page cache (2 MB), so the pages a peek reads
+    // first come from the file, not from memory.
+    let written = closed_spool_of(dir.path(), 20_000).await;
+    let spool = Spool::open(dir.path(), 1 << 30).await.expect("open");
+    assert!(spool.recovery().rebuilt.is_none());
+    let db = dir.path().join(DB_FILE);
+    let mut bytes = std::fs::read(&db).expect("read");
+    let marker = &written[&100];
+    let at = bytes
+        .windows(marker.len())
+        .position(|w| w == marker.as_slice())
+        .expect("record 100 in the file");
+    let page = at / 4096;
+    bytes[page * 4096..(page + 1) * 4096].fill(0);
+    std::fs::write(&db, &bytes).expect("write");
+
+    // The peek that meets the damage fails (nothing was acknowledged by it); the
+    // spool's thread rebuilds the file and goes on.
+    let met = spool.peek(usize::MAX, usize::MAX).await;
+    assert!(matches!(met, Err(SpoolError::Store(_))), "{met:?}");
+    let held = all_records(&spool).await;
+    let stats = spool.stats();
+    assert_eq!(stats.rebuilds, 1);
+    assert_written(&held, &written);
+    assert!(!ids(&held).contains(&100));
+    assert_eq!(held.len() as u64 + stats.quarantined, 20_000, "{stats:?}");
+    assert!(stats.quarantined < 50, "one page's records: {stats:?}");
+    assert_eq!(stats.records, held.len() as u64);
+    // It takes appends and removals as before.
+    let id = spool.append(Record::default()).await.expect("append");
+    assert!(id.0 > 20_000);
+    spool.remove_through(id).await.expect("remove");
+    assert!(all_records(&spool).await.is_empty());
+}

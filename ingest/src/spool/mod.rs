@@ -58,6 +58,16 @@
 //!   reaches it, logged and counted ([`SpoolStats::quarantined`]), and the
 //!   records after it are returned as usual.
 //!
+//! A damaged database loses the records SQLite can no longer reach: those on
+//! damaged pages, and, when a page on the way from the table's root is damaged
+//! (a file truncated by thousands of pages can cut those), every record below it.
+//! The damaged file is kept for an operator (SQLite's `.recover`).
+//!
+//! Opening reads the whole file once (`quick_check`): milliseconds for a drained
+//! spool, about a second per 200–300 MB held (docs/benchmarks.md). While running,
+//! an operation that meets damage fails (nothing it did is acknowledged), the
+//! thread rebuilds the database as above, and the next operation goes on.
+//!
 //! # Using it
 //!
 //! ```no_run

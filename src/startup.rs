@@ -191,13 +191,15 @@ impl Server {
                 let bound = metrics_listener.local_addr()?;
                 let mut stop_metrics = stop.clone();
                 let app = crate::metrics::router(metrics);
+                let limits = config.http_limits;
+                // The API's header, idle and write limits, and a small connection cap: a
+                // scraper needs one connection, an attacker on the network gets 64.
                 tasks.service("metrics listener", async move {
-                    axum::serve(metrics_listener, app)
-                        .with_graceful_shutdown(async move {
-                            let _ = stop_metrics.wait_for(|v| *v).await;
-                        })
-                        .await
-                        .map_err(|e| format!("metrics listener failed: {e}"))
+                    http::serve::serve_metrics(metrics_listener, app, limits, async move {
+                        let _ = stop_metrics.wait_for(|v| *v).await;
+                    })
+                    .await
+                    .map_err(|e| format!("metrics listener failed: {e}"))
                 });
                 tracing::info!(addr = %bound, "metrics listening");
                 Some(bound)

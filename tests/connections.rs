@@ -148,6 +148,7 @@ async fn idle_connections_close_at_the_idle_limit_and_stalled_bodies_are_cut() {
         header: Duration::from_secs(1),
         idle: Duration::from_secs(6),
         body: Duration::from_secs(1),
+        ..HttpLimits::default()
     };
     let app = spawn_with(Engine::Sqlite, |c| c.http_limits = limits).await;
     let addr = addr(&app);

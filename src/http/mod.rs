@@ -6,6 +6,7 @@ pub mod agents;
 pub mod alerts;
 pub mod assets;
 pub mod auth;
+pub mod bounds;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -147,6 +148,8 @@ pub fn router(state: Arc<AppState>) -> Router {
                 ApiError::internal(format!("request handler panicked: {message}")).into_response()
             },
         ))
+        .layer(middleware::from_fn(bounds::bounded_query))
+        .layer(middleware::from_fn(bounds::capped_response))
         .layer(middleware::from_fn(security::headers))
         .layer(middleware::from_fn(crate::metrics::track_requests))
         // Request ids: taken from `x-request-id` or generated, on every log line of the

@@ -128,6 +128,8 @@ struct ErrorPage<'a> {
 #[derive(Debug)]
 pub enum PageError {
     NotFound,
+    /// 400 with a message the page shows (a request the page will not answer as asked).
+    BadRequest(String),
     Internal(String),
 }
 
@@ -154,12 +156,17 @@ impl From<crate::db::DbError> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        let bad_request;
         let (status, title, message) = match self {
             PageError::NotFound => (
                 StatusCode::NOT_FOUND,
                 "Not found",
                 "There is nothing at this address: the link may be old, or what it named was deleted.",
             ),
+            PageError::BadRequest(why) => {
+                bad_request = why;
+                (StatusCode::BAD_REQUEST, "Bad request", bad_request.as_str())
+            }
             PageError::Internal(cause) => {
                 tracing::error!(%cause, "page failed");
                 (

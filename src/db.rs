@@ -83,6 +83,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "probe timeline",
         sql: include_str!("../migrations/sqlite/0004_probe_timeline.sql"),
     },
+    Migration {
+        version: 5,
+        name: "alerts hardening",
+        sql: include_str!("../migrations/sqlite/0005_alerts_hardening.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -105,6 +110,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "probe timeline",
         sql: include_str!("../migrations/postgres/0004_probe_timeline.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "alerts hardening",
+        sql: include_str!("../migrations/postgres/0005_alerts_hardening.sql"),
     },
 ];
 

@@ -88,7 +88,15 @@ impl Server {
         let supervised = sink.clone();
         let keys = Keys::new(db.clone());
         let (key_cache, touch_rx) = KeyCache::new(keys.clone(), db.engine);
-        let alerts = crate::alerts::Alerts::new(db.clone(), &secret, Arc::new(guard.clone()));
+        // Alert targets have their own allow-list (decisions.md §14).
+        let alert_guard = Guard::with_system_resolver(config.alerts_allow_private.0.clone())
+            .context("cannot set up the DNS resolver")?;
+        let alerts = crate::alerts::Alerts::new(
+            db.clone(),
+            &secret,
+            Arc::new(alert_guard),
+            config.public_url.as_ref().map(|u| u.as_str().to_owned()),
+        );
         let state = Arc::new(AppState {
             alerts: alerts.clone(),
             accounts: Accounts::new(db.clone(), &secret)?,
@@ -97,6 +105,7 @@ impl Server {
             key_cache: key_cache.clone(),
             rate: RateLimiter::new(config.auth_rate_limit),
             signup: config.signup,
+            secure_cookies: config.public_url.as_ref().is_some_and(|u| u.is_https()),
             slow_ms: config.slow_ms,
             writer: writer.handle(),
             sink,
@@ -134,10 +143,15 @@ impl Server {
                 alerts.clone(),
                 crate::alerts::sender::SenderConfig {
                     poll: config.alert_timing.sender_poll,
+                    timeout: config.alert_timing.send_timeout,
                     ..Default::default()
                 },
                 stop.clone(),
             )),
+        );
+        tasks.service(
+            "alert delivery retention",
+            ok(crate::alerts::retention::run(alerts.clone(), stop.clone())),
         );
         tasks.service(
             "alert evaluator",

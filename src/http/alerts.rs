@@ -63,6 +63,8 @@ pub struct ChannelBody {
     pub routing_key: Option<String>,
     #[serde(rename = "type")]
     pub kind: ChannelType,
+    /// The target; a Slack or Discord webhook URL (a secret) is masked:
+    /// `https://hooks.slack.com/…/****`.
     pub url: String,
 }
 
@@ -98,6 +100,7 @@ pub struct ChannelCreatedBody {
     pub secret: Option<String>,
     #[serde(rename = "type")]
     pub kind: ChannelType,
+    /// The target as given (shown in full this once).
     pub url: String,
 }
 
@@ -120,6 +123,10 @@ pub struct SecretBody {
 pub struct RuleBody {
     pub channel_ids: Vec<String>,
     pub created_at: Timestamp,
+    /// Why the service switched the rule off (`stream deleted`: its stream was deleted, by
+    /// anyone); null otherwise. `enabled: true` clears it.
+    #[schema(example = json!(null))]
+    pub disabled_reason: Option<String>,
     pub enabled: bool,
     /// `stream` rules.
     pub fail_after: Option<i64>,
@@ -149,6 +156,7 @@ impl From<Rule> for RuleBody {
         RuleBody {
             channel_ids: r.channel_ids,
             created_at: Timestamp(r.created_at),
+            disabled_reason: r.disabled_reason,
             enabled: r.enabled,
             fail_after: stream.then_some(r.fail_after),
             filter: q.map(|q| q.filters.clone()),
@@ -306,11 +314,17 @@ fn duration_field(
     }
 }
 
+/// `url`: an absolute URL (`Must be a valid URL`) of http or https (the guard's `Only http(s)
+/// URLs are allowed`, as for a stream's `sourceUrl`).
 fn url_field(c: &mut Checker<'_>) -> Option<String> {
     let url = c.optional_str("url", 1, URL_MAX)?;
     match url::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => Some(url.to_owned()),
-        _ => {
+        Ok(_) => {
+            c.reject("url", crate::ssrf::GuardError::BadScheme.to_string());
+            None
+        }
+        Err(_) => {
             c.reject("url", MSG_INVALID_URL);
             None
         }
@@ -502,7 +516,8 @@ pub async fn create_channel(
             routing_key: c.routing_key,
             secret: created.secret,
             kind: c.kind,
-            url: c.url,
+            // As given, this once: reads show a Slack or Discord URL masked.
+            url: created.url,
         }),
     ))
 }

@@ -50,6 +50,8 @@ pub struct AppState {
     pub key_cache: KeyCache,
     pub rate: RateLimiter,
     pub signup: crate::config::Signup,
+    /// Session cookies carry `Secure` (`STREAMWATCH_PUBLIC_URL` is https).
+    pub secure_cookies: bool,
     pub slow_ms: u64,
     pub writer: ingest::WriterHandle,
     /// The telemetry store behind its circuit breaker (decisions.md §11).

@@ -216,11 +216,14 @@ pub async fn require_page_session(
         return redirect(&auth::login_href(Some(here)));
     };
     let refreshed = auth.refreshed_cookie.clone();
+    let expires_at = auth.session.expires_at;
     req.extensions_mut().insert(SessionUser(Arc::new(auth)));
     let mut resp = next.run(req).await;
     if let Some(value) = refreshed {
-        resp.headers_mut()
-            .append(header::SET_COOKIE, set_cookie(&value));
+        resp.headers_mut().append(
+            header::SET_COOKIE,
+            set_cookie(&value, expires_at, state.secure_cookies),
+        );
     }
     resp
 }

@@ -299,6 +299,11 @@ impl Default for HttpLimits {
 pub struct PublicUrl(String);
 
 impl PublicUrl {
+    /// Reads `STREAMWATCH_PUBLIC_URL`'s value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        parse_public_url(s)
+    }
+
     /// The URL without a trailing `/` (`https://watch.example.com`, or with a path prefix).
     pub fn as_str(&self) -> &str {
         &self.0

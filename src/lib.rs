@@ -7,6 +7,7 @@
 //! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
 //! * [`ssrf`] — the guard shared by registration and every probe.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
+//! * [`datadir`] — the data dir's permissions (0700, files 0600).
 //! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
 //! * [`metrics`] — Prometheus metrics: recorder, `/metrics`, request tracking, sampled gauges.
 //! * [`supervisor`] — background tasks; one that dies stops the process (non-zero exit).
@@ -14,6 +15,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod config;
+pub mod datadir;
 pub mod db;
 pub mod http;
 pub mod keys;

@@ -63,12 +63,7 @@ impl Server {
         // First, so everything built below records into it. Without a metrics listener no
         // recorder is installed and every metric call is a no-op (nothing to pay for).
         let metrics = config.metrics_listen.0.map(|_| crate::metrics::install());
-        std::fs::create_dir_all(&config.data_dir).with_context(|| {
-            format!(
-                "cannot create STREAMWATCH_DATA_DIR {}",
-                config.data_dir.display()
-            )
-        })?;
+        prepare_data_dir(&config)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
             .await
@@ -76,6 +71,13 @@ impl Server {
         let guard = Guard::with_system_resolver(config.allow_private.0.clone())
             .context("cannot set up the DNS resolver")?;
         let (sink, connect, analytics, live) = open_sink(&config).await?;
+        // The databases are open: their WAL and shared-memory files exist now.
+        crate::datadir::tighten(&config.data_dir).with_context(|| {
+            format!(
+                "cannot set the permissions of STREAMWATCH_DATA_DIR {}",
+                config.data_dir.display()
+            )
+        })?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             database = ?db.engine,
@@ -317,12 +319,7 @@ pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
     let email = normalize_email(&add.email).context("--email is not a valid e-mail address")?;
     check_name(&add.name).map_err(|p| anyhow::anyhow!("--name {p}"))?;
     let config = add.config;
-    std::fs::create_dir_all(&config.data_dir).with_context(|| {
-        format!(
-            "cannot create STREAMWATCH_DATA_DIR {}",
-            config.data_dir.display()
-        )
-    })?;
+    prepare_data_dir(&config)?;
     let secret = load_secret(&config)?;
     let db = Db::connect(config.database_url.as_ref(), &config.data_dir)
         .await
@@ -385,6 +382,24 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
             Ok((sink, connect, store, None))
         }
     }
+}
+
+/// Creates the data dir (0700) and the embedded databases it will hold (0600) before SQLite
+/// opens them, so their WAL and shared-memory files are private too (decisions.md §14).
+fn prepare_data_dir(config: &Config) -> anyhow::Result<()> {
+    let mut databases = Vec::new();
+    if config.database_url.is_none() {
+        databases.push("streamwatch.db");
+    }
+    if config.clickhouse_url.is_none() {
+        databases.push("telemetry.db");
+    }
+    crate::datadir::prepare(&config.data_dir, &databases).with_context(|| {
+        format!(
+            "cannot create STREAMWATCH_DATA_DIR {}",
+            config.data_dir.display()
+        )
+    })
 }
 
 /// The cookie-signing secret: configured, or generated once into `<data-dir>/secret`.

@@ -156,8 +156,32 @@ impl Alerts {
 
     /// Seals what older versions stored in the clear: Slack and Discord URLs, and PagerDuty
     /// routing keys inside frozen delivery bodies (the key is added at send time now). Run at
-    /// start-up; idempotent.
+    /// start-up; idempotent. When it changed anything, the old row versions are wiped from the
+    /// files too (SQLite: `VACUUM` and a truncating WAL checkpoint; PostgreSQL: `VACUUM FULL`
+    /// of the tables): a copy of the files then holds no secret in the clear.
     pub async fn seal_at_rest(&self) -> Result<(), AlertError> {
+        let (channels, deliveries) = self.seal_rows().await?;
+        if channels + deliveries == 0 {
+            return Ok(());
+        }
+        tracing::info!(
+            channels,
+            deliveries,
+            "sealed channel secrets an older version stored in the clear"
+        );
+        let wipe: &[&str] = match self.db.engine {
+            Engine::Sqlite => &["VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"],
+            Engine::Postgres => &["VACUUM (FULL) alert_channels, alert_deliveries"],
+        };
+        for statement in wipe {
+            sqlx::query(statement).execute(&self.db.pool).await?;
+        }
+        Ok(())
+    }
+
+    /// The rows [`Alerts::seal_at_rest`] changes: `(channels, deliveries)`.
+    async fn seal_rows(&self) -> Result<(u64, u64), AlertError> {
+        let mut changed = (0, 0);
         let clear: Vec<(String, String, String)> = sqlx::query_as(
             "SELECT id, type, url FROM alert_channels \
              WHERE type IN ('slack', 'discord') AND url_sealed IS NULL",
@@ -178,6 +202,7 @@ impl Alerts {
             .bind(&id)
             .execute(&self.db.pool)
             .await?;
+            changed.0 += 1;
         }
         let bodies: Vec<(String, String)> = sqlx::query_as(
             "SELECT d.id, d.body FROM alert_deliveries d \
@@ -196,8 +221,9 @@ impl Alerts {
                 .bind(&id)
                 .execute(&self.db.pool)
                 .await?;
+            changed.1 += 1;
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// The caller's channels, newest first.

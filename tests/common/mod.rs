@@ -71,6 +71,7 @@ pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
         streamwatch::config::OptionalAddr(Some("127.0.0.1:0".parse().expect("addr")));
     c.auth_rate_limit = RateLimit::Off;
     c.allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
+    c.alerts_allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
     if engine == Engine::Postgres {
         c.database_url = Some(DatabaseUrl::Postgres(fresh_pg_database().await));
     }
@@ -328,6 +329,7 @@ impl Process {
             .env("STREAMWATCH_DATA_DIR", data_dir)
             .env("STREAMWATCH_AUTH_RATE_LIMIT", "off")
             .env("STREAMWATCH_ALLOW_PRIVATE", "127.0.0.0/8")
+            .env("STREAMWATCH_ALERTS_ALLOW_PRIVATE", "127.0.0.0/8")
             .env("STREAMWATCH_METRICS_LISTEN", "127.0.0.1:0")
             .stdout(std::process::Stdio::null());
         for (k, v) in env {

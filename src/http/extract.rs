@@ -161,7 +161,8 @@ pub fn foreign_origin(method: &Method, headers: &HeaderMap) -> bool {
 /// `Set-Cookie` that stores a session cookie value until the session's expiry; `Secure` when
 /// the service is reached over https (`STREAMWATCH_PUBLIC_URL`, decisions.md §14).
 pub fn set_cookie(value: &str, expires_at_ms: i64, secure: bool) -> HeaderValue {
-    let max_age = ((expires_at_ms - crate::time::now_ms()) / 1000).max(0);
+    // Rounded up: a cookie set a few ms after its session's expiry was computed still says 7 days.
+    let max_age = ((expires_at_ms - crate::time::now_ms() + 999) / 1000).max(0);
     let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
         "{COOKIE_NAME}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Lax{secure}"

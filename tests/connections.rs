@@ -415,7 +415,7 @@ async fn twenty_requests_of_7000_filters_keep_the_process_under_200_mb() {
                 .header("cookie", format!("auth.session_token={cookie}"))
                 .send()
                 .await
-                .expect("answered");
+                .unwrap_or_else(|e| panic!("request {i} not answered: {}", e.without_url()));
             let status = r.status();
             let body = r.bytes().await.expect("body");
             (i, status, body.len(), String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned())

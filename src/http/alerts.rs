@@ -490,8 +490,8 @@ fn paging(q: &QueryPairs, errors: &mut FieldErrors) -> (i64, Option<i64>) {
 #[utoipa::path(post, path = "/api/v1/alerts/channels", operation_id = "createAlertChannel", tag = "alerts",
     request_body = ChannelCreate,
     responses(
-        (status = 201, description = "The channel; `secret` for a webhook, this once", body = ChannelCreatedBody),
-        (status = 400, description = "Invalid body, or a target the SSRF guard refuses", body = FieldErrorsBody),
+        (status = 201, description = "The channel; `secret` for a webhook and the `url` in full, this once", body = ChannelCreatedBody),
+        (status = 400, description = "Invalid body, a target the SSRF guard refuses, or the caller's 50 channels reached (key `name`: `Channel limit reached (50)`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 500, description = "Unexpected failure", body = ErrorBody),
     ),
@@ -585,11 +585,12 @@ pub async fn delete_channel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Send a test notification to a channel.
+/// Send a test notification to a channel (at most 10 a minute per channel).
 #[utoipa::path(post, path = "/api/v1/alerts/channels/{id}/test", operation_id = "testAlertChannel", tag = "alerts",
     params(("id" = String, Path)),
     responses(
         (status = 202, description = "Queued", body = DeliveryBody),
+        (status = 400, description = "10 test deliveries to this channel in the last minute (key `channel`: `Too many test deliveries; try again in <n> s`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
         (status = 500, description = "Unexpected failure", body = ErrorBody),
@@ -629,7 +630,7 @@ pub async fn rotate_secret(
     request_body = RuleWrite,
     responses(
         (status = 201, body = RuleBody),
-        (status = 400, description = "Invalid body", body = FieldErrorsBody),
+        (status = 400, description = "Invalid body, or the caller's 200 rules reached (key `name`: `Rule limit reached (200)`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 500, description = "Unexpected failure", body = ErrorBody),
     ),
@@ -805,11 +806,12 @@ pub async fn list_deliveries(
     }))
 }
 
-/// Send a delivery again: a new delivery, same body, new `webhookId`.
+/// Send a delivery again: a new delivery, same body, new `webhookId`; 10 a minute per channel.
 #[utoipa::path(post, path = "/api/v1/alerts/deliveries/{id}/resend", operation_id = "resendAlertDelivery", tag = "alerts",
     params(("id" = String, Path)),
     responses(
         (status = 202, description = "Queued", body = DeliveryBody),
+        (status = 400, description = "10 resends to this channel in the last minute (key `delivery`: `Too many resends; try again in <n> s`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's deliveries (or its channel is gone)", body = ErrorBody),
         (status = 500, description = "Unexpected failure", body = ErrorBody),

@@ -64,6 +64,8 @@ pub struct RuleRow {
     pub state: &'static str,
     pub badge: &'static str,
     pub enabled: bool,
+    /// Why the service switched it off (its stream was deleted).
+    pub disabled_reason: Option<String>,
 }
 
 pub struct ChannelRow {
@@ -320,6 +322,7 @@ fn rule_row(
         state,
         badge,
         enabled: r.enabled,
+        disabled_reason: r.disabled_reason.clone(),
     }
 }
 

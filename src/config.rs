@@ -558,7 +558,10 @@ mod tests {
                 "--alerts-allow-private",
             ),
             (&["--public-url", "watch.example.com"][..], "--public-url"),
-            (&["--public-url", "ftp://watch.example.com"][..], "--public-url"),
+            (
+                &["--public-url", "ftp://watch.example.com"][..],
+                "--public-url",
+            ),
         ] {
             let err = parse(args).expect_err("must be refused");
             assert!(err.contains(needle), "{err}");

@@ -81,8 +81,7 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let old_wal = dir.join("streamwatch.db-wal");
         std::fs::write(&old_wal, b"").expect("write");
-        std::fs::set_permissions(&old_wal, std::fs::Permissions::from_mode(0o644))
-            .expect("chmod");
+        std::fs::set_permissions(&old_wal, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let other = dir.join("notes.txt");
         std::fs::write(&other, b"").expect("write");
         std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -91,6 +90,9 @@ mod tests {
         assert_eq!(mode(&dir.join("streamwatch.db")), 0o600);
         assert_eq!(mode(&old_wal), 0o600);
         assert_eq!(mode(&other), 0o644, "not the service's file");
-        assert!(!dir.join("telemetry.db").exists(), "only the databases asked for");
+        assert!(
+            !dir.join("telemetry.db").exists(),
+            "only the databases asked for"
+        );
     }
 }

@@ -642,11 +642,21 @@ async fn the_cookie_is_secure_behind_an_https_public_url() {
             )
             .await;
         let set = set_cookie_header(r.headers()).expect("cookie");
-        assert_eq!(set.split("; ").any(|a| a == "Secure"), secure, "{public:?}: {set}");
+        assert_eq!(
+            set.split("; ").any(|a| a == "Secure"),
+            secure,
+            "{public:?}: {set}"
+        );
         let cookie = session_cookie_of(&r).expect("cookie");
-        let out = app.post("/api/auth/sign-out", Some(&cookie), json!({})).await;
+        let out = app
+            .post("/api/auth/sign-out", Some(&cookie), json!({}))
+            .await;
         let cleared = set_cookie_header(out.headers()).expect("cleared");
-        assert_eq!(cleared.split("; ").any(|a| a == "Secure"), secure, "{cleared}");
+        assert_eq!(
+            cleared.split("; ").any(|a| a == "Secure"),
+            secure,
+            "{cleared}"
+        );
         app.shutdown().await;
     }
 }

@@ -1178,12 +1178,19 @@ async fn deleting_a_stream_disables_every_users_rules_on_it_and_resolves_them(ap
 
     // The user who registered the stream deletes it.
     let s = app
-        .delete(&format!("/api/v1/streams/{}", ctx.stream_id), Some(&ctx.cookie))
+        .delete(
+            &format!("/api/v1/streams/{}", ctx.stream_id),
+            Some(&ctx.cookie),
+        )
         .await
         .status();
     assert_eq!(s, StatusCode::NO_CONTENT);
     let got = hook.wait_for(4, LIMIT).await;
-    let resolved: Vec<Value> = got.iter().map(Received::json).filter(|b| b["type"] == "incident.resolved").collect();
+    let resolved: Vec<Value> = got
+        .iter()
+        .map(Received::json)
+        .filter(|b| b["type"] == "incident.resolved")
+        .collect();
     assert_eq!(resolved.len(), 2, "{got:?}");
     for b in &resolved {
         let i = &b["data"]["incidents"][0];
@@ -1194,29 +1201,74 @@ async fn deleting_a_stream_disables_every_users_rules_on_it_and_resolves_them(ap
 
     let (_, rules) = get(&app, &bob, "/api/v1/alerts/rules").await;
     let find = |id: &Value| {
-        rules["items"].as_array().unwrap().iter().find(|r| r["id"] == *id).cloned().unwrap()
+        rules["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == *id)
+            .cloned()
+            .unwrap()
     };
     let kept = find(&bound["id"]);
     assert_eq!(
-        (kept["enabled"].clone(), kept["disabledReason"].clone(), kept["streamId"].clone()),
+        (
+            kept["enabled"].clone(),
+            kept["disabledReason"].clone(),
+            kept["streamId"].clone()
+        ),
         (json!(false), json!("stream deleted"), json!(ctx.stream_id))
     );
     let other = find(&every["id"]);
-    assert_eq!((other["enabled"].clone(), other["disabledReason"].clone()), (json!(true), Value::Null));
+    assert_eq!(
+        (other["enabled"].clone(), other["disabledReason"].clone()),
+        (json!(true), Value::Null)
+    );
     let (_, incidents) = get(&app, &bob, "/api/v1/alerts/incidents").await;
-    assert!(incidents["items"].as_array().unwrap().iter().all(|i| i["state"] == "resolved"));
+    assert!(incidents["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["state"] == "resolved"));
 
     // Back on only with a stream that exists; renaming is fine meanwhile.
     let path = format!("/api/v1/alerts/rules/{}", bound["id"].as_str().unwrap());
-    let (s, b) = parts(app.patch(&path, Some(&bob), json!({ "enabled": true })).await).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "streamId": "Stream not found" } })));
-    let (s, b) = parts(app.patch(&path, Some(&bob), json!({ "name": "renamed" })).await).await;
+    let (s, b) = parts(
+        app.patch(&path, Some(&bob), json!({ "enabled": true }))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "streamId": "Stream not found" } })
+        )
+    );
+    let (s, b) = parts(
+        app.patch(&path, Some(&bob), json!({ "name": "renamed" }))
+            .await,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{b}");
-    assert_eq!((b["enabled"].clone(), b["disabledReason"].clone()), (json!(false), json!("stream deleted")));
+    assert_eq!(
+        (b["enabled"].clone(), b["disabledReason"].clone()),
+        (json!(false), json!("stream deleted"))
+    );
     let fresh = app.stream(&bob, "http://127.0.0.1:9/other.m3u8").await;
-    let (s, b) = parts(app.patch(&path, Some(&bob), json!({ "streamId": fresh["id"], "enabled": true })).await).await;
+    let (s, b) = parts(
+        app.patch(
+            &path,
+            Some(&bob),
+            json!({ "streamId": fresh["id"], "enabled": true }),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{b}");
-    assert_eq!((b["enabled"].clone(), b["disabledReason"].clone()), (json!(true), Value::Null));
+    assert_eq!(
+        (b["enabled"].clone(), b["disabledReason"].clone()),
+        (json!(true), Value::Null)
+    );
     app.shutdown().await;
 }
 
@@ -1227,10 +1279,20 @@ async fn markup_in_stream_names_reaches_chat_as_text(app: TestApp) {
     let ctx = setup(&app).await;
     let mallory = app.user("mallory@example.com").await;
     let hostile = "<!channel> @everyone <https://evil.example/login|Sign in again> [Sign in](https://evil.example)";
-    let (s, evil) = post(&app, &mallory, "/api/v1/streams", json!({ "sourceUrl": "http://127.0.0.1:9/evil.m3u8", "name": hostile })).await;
+    let (s, evil) = post(
+        &app,
+        &mallory,
+        "/api/v1/streams",
+        json!({ "sourceUrl": "http://127.0.0.1:9/evil.m3u8", "name": hostile }),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED, "{evil}");
     let evil_id = evil["id"].as_str().unwrap();
-    let (slack, discord, pd) = (Receiver::start().await, Receiver::start().await, Receiver::start().await);
+    let (slack, discord, pd) = (
+        Receiver::start().await,
+        Receiver::start().await,
+        Receiver::start().await,
+    );
     let mut ids = Vec::new();
     for body in [
         json!({ "name": "s", "type": "slack", "url": slack.url, "groupWindow": "0s" }),
@@ -1239,20 +1301,39 @@ async fn markup_in_stream_names_reaches_chat_as_text(app: TestApp) {
     ] {
         ids.push(channel(&app, &ctx.cookie, body).await["id"].clone());
     }
-    rule(&app, &ctx.cookie, json!({ "name": "any stream", "kind": "stream", "failAfter": 1, "channelIds": ids })).await;
+    rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "any stream", "kind": "stream", "failAfter": 1, "channelIds": ids }),
+    )
+    .await;
     ctx.probe(evil_id, false).await;
     let link = format!("https://watch.example.com/app/streams/{evil_id}");
 
-    let text = slack.wait_for(1, LIMIT).await[0].json()["text"].as_str().unwrap().to_owned();
-    assert!(text.contains("&lt;!channel&gt; @everyone &lt;https://evil.example/login|Sign in again&gt;"), "{text}");
+    let text = slack.wait_for(1, LIMIT).await[0].json()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains(
+            "&lt;!channel&gt; @everyone &lt;https://evil.example/login|Sign in again&gt;"
+        ),
+        "{text}"
+    );
     let (line, own_link) = text.rsplit_once(' ').unwrap();
     assert_eq!(own_link, format!("<{link}|open>"), "{text}");
-    assert!(!line.contains('<') && !line.contains('>'), "no markup from the name: {text}");
+    assert!(
+        !line.contains('<') && !line.contains('>'),
+        "no markup from the name: {text}"
+    );
 
     let body = discord.wait_for(1, LIMIT).await[0].json();
     assert_eq!(body["allowed_mentions"], json!({ "parse": [] }));
     let content = body["content"].as_str().unwrap();
-    assert!(content.contains(r"\[Sign in\]\(https://evil.example\)"), "no masked link: {content}");
+    assert!(
+        content.contains(r"\[Sign in\]\(https://evil.example\)"),
+        "no masked link: {content}"
+    );
     assert!(content.ends_with(&format!(" <{link}>")), "{content}");
 
     let event = pd.wait_for(1, LIMIT).await[0].json();
@@ -1265,9 +1346,8 @@ async fn markup_in_stream_names_reaches_chat_as_text(app: TestApp) {
 
 async fn spawn_public(engine: Engine) -> TestApp {
     spawn_quiet(engine, |c| {
-        c.public_url = Some(
-            streamwatch::config::PublicUrl::parse("https://watch.example.com/").expect("url"),
-        );
+        c.public_url =
+            Some(streamwatch::config::PublicUrl::parse("https://watch.example.com/").expect("url"));
         c.alert_timing.sender_poll = Duration::from_millis(50);
         c.alert_timing.evaluate_every = Duration::from_secs(3600);
     })
@@ -1286,13 +1366,26 @@ async fn a_silent_receiver_never_delays_another_channel(app: TestApp) {
     for i in 0..5 {
         let t = Receiver::start().await;
         t.hold();
-        channels.push(channel(&app, &attacker, json!({ "name": format!("tarpit {i}"), "type": "webhook", "url": t.url })).await);
+        channels.push(
+            channel(
+                &app,
+                &attacker,
+                json!({ "name": format!("tarpit {i}"), "type": "webhook", "url": t.url }),
+            )
+            .await,
+        );
         tarpits.push(t);
     }
     for ch in &channels {
-        let path = format!("/api/v1/alerts/channels/{}/test", ch["id"].as_str().unwrap());
+        let path = format!(
+            "/api/v1/alerts/channels/{}/test",
+            ch["id"].as_str().unwrap()
+        );
         for _ in 0..10 {
-            assert_eq!(post(&app, &attacker, &path, json!({})).await.0, StatusCode::ACCEPTED);
+            assert_eq!(
+                post(&app, &attacker, &path, json!({})).await.0,
+                StatusCode::ACCEPTED
+            );
         }
         let (s, b) = post(&app, &attacker, &path, json!({})).await;
         assert_eq!(s, StatusCode::BAD_REQUEST);
@@ -1307,36 +1400,68 @@ async fn a_silent_receiver_never_delays_another_channel(app: TestApp) {
     let held = || tarpits.iter().map(Receiver::arrivals).sum::<usize>();
     let deadline = tokio::time::Instant::now() + LIMIT;
     while held() < 16 {
-        assert!(tokio::time::Instant::now() < deadline, "only {} requests reached the tarpits", held());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} requests reached the tarpits",
+            held()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for t in &tarpits {
-        assert!(t.arrivals() <= 4, "a channel held {} requests", t.arrivals());
+        assert!(
+            t.arrivals() <= 4,
+            "a channel held {} requests",
+            t.arrivals()
+        );
     }
 
     let victim = app.user("victim@example.com").await;
     let good = Receiver::start().await;
-    let ch = channel(&app, &victim, json!({ "name": "ok", "type": "webhook", "url": good.url })).await;
+    let ch = channel(
+        &app,
+        &victim,
+        json!({ "name": "ok", "type": "webhook", "url": good.url }),
+    )
+    .await;
     let started = tokio::time::Instant::now();
-    let test_path = format!("/api/v1/alerts/channels/{}/test", ch["id"].as_str().unwrap());
+    let test_path = format!(
+        "/api/v1/alerts/channels/{}/test",
+        ch["id"].as_str().unwrap()
+    );
     let (s, d) = post(&app, &victim, &test_path, json!({})).await;
     assert_eq!(s, StatusCode::ACCEPTED);
     good.wait_for(1, LIMIT).await;
     let took = started.elapsed();
-    assert_eq!(held(), 16, "the user holds 16 requests and no slot of theirs freed meanwhile");
+    assert_eq!(
+        held(),
+        16,
+        "the user holds 16 requests and no slot of theirs freed meanwhile"
+    );
     eprintln!("another channel's delivery took {took:?} while 16 requests were held by tarpits");
 
     // Resends: ten a minute per channel.
-    let resend = format!("/api/v1/alerts/deliveries/{}/resend", d["id"].as_str().unwrap());
+    let resend = format!(
+        "/api/v1/alerts/deliveries/{}/resend",
+        d["id"].as_str().unwrap()
+    );
     for _ in 0..10 {
-        assert_eq!(post(&app, &victim, &resend, json!({})).await.0, StatusCode::ACCEPTED);
+        assert_eq!(
+            post(&app, &victim, &resend, json!({})).await.0,
+            StatusCode::ACCEPTED
+        );
     }
     let (s, b) = post(&app, &victim, &resend, json!({})).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let message = b["errors"]["delivery"].as_str().unwrap();
-    assert!(message.starts_with("Too many resends; try again in ") && message.ends_with(" s"), "{message}");
+    assert!(
+        message.starts_with("Too many resends; try again in ") && message.ends_with(" s"),
+        "{message}"
+    );
     // Resends do not count as tests.
-    assert_eq!(post(&app, &victim, &test_path, json!({})).await.0, StatusCode::ACCEPTED);
+    assert_eq!(
+        post(&app, &victim, &test_path, json!({})).await.0,
+        StatusCode::ACCEPTED
+    );
     for t in &tarpits {
         t.release();
     }
@@ -1359,22 +1484,55 @@ async fn spawn_patient(engine: Engine) -> TestApp {
 async fn rules_and_channels_are_capped_and_old_deliveries_purged(app: TestApp) {
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let first = channel(&app, &ctx.cookie, json!({ "name": "c0", "type": "webhook", "url": hook.url, "groupWindow": "10m" })).await;
+    let first = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "c0", "type": "webhook", "url": hook.url, "groupWindow": "10m" }),
+    )
+    .await;
     for i in 1..50 {
-        channel(&app, &ctx.cookie, json!({ "name": format!("c{i}"), "type": "webhook", "url": hook.url })).await;
+        channel(
+            &app,
+            &ctx.cookie,
+            json!({ "name": format!("c{i}"), "type": "webhook", "url": hook.url }),
+        )
+        .await;
     }
-    let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/channels", json!({ "name": "c50", "type": "webhook", "url": hook.url })).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "name": "Channel limit reached (50)" } })));
+    let (s, b) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/alerts/channels",
+        json!({ "name": "c50", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "name": "Channel limit reached (50)" } })
+        )
+    );
     let mut last = Value::Null;
     for i in 0..200 {
         last = rule(&app, &ctx.cookie, json!({ "name": format!("r{i}"), "kind": "stream", "failAfter": 1, "channelIds": [first["id"]] })).await;
     }
     let over = json!({ "name": "r200", "kind": "stream", "channelIds": [first["id"]] });
     let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/rules", over.clone()).await;
-    assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "name": "Rule limit reached (200)" } })));
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "name": "Rule limit reached (200)" } })
+        )
+    );
     // Per user: someone else is not affected.
     let other = app.user("other@example.com").await;
-    channel(&app, &other, json!({ "name": "mine", "type": "webhook", "url": hook.url })).await;
+    channel(
+        &app,
+        &other,
+        json!({ "name": "mine", "type": "webhook", "url": hook.url }),
+    )
+    .await;
 
     ctx.probe(&ctx.stream_id, false).await;
     let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents?limit=500").await;
@@ -1384,30 +1542,61 @@ async fn rules_and_channels_are_capped_and_old_deliveries_purged(app: TestApp) {
     assert_eq!(ds[0]["incidentIds"].as_array().unwrap().len(), 200);
 
     // A rule deleted frees a place.
-    let s = app.delete(&format!("/api/v1/alerts/rules/{}", last["id"].as_str().unwrap()), Some(&ctx.cookie)).await.status();
+    let s = app
+        .delete(
+            &format!("/api/v1/alerts/rules/{}", last["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+        )
+        .await
+        .status();
     assert_eq!(s, StatusCode::NO_CONTENT);
-    assert_eq!(post(&app, &ctx.cookie, "/api/v1/alerts/rules", over).await.0, StatusCode::CREATED);
+    assert_eq!(
+        post(&app, &ctx.cookie, "/api/v1/alerts/rules", over)
+            .await
+            .0,
+        StatusCode::CREATED
+    );
 
     // Purge: a delivery created 31 days ago goes with its attempts; a recent one stays.
     let old = ds[0]["id"].as_str().unwrap().to_owned();
     fast_forward(&app, &old).await;
     delivery_until(&app, &ctx.cookie, &old, |d| d["status"] == "sent").await;
-    let (_, recent) = post(&app, &ctx.cookie, &format!("/api/v1/alerts/channels/{}/test", first["id"].as_str().unwrap()), json!({})).await;
+    let (_, recent) = post(
+        &app,
+        &ctx.cookie,
+        &format!(
+            "/api/v1/alerts/channels/{}/test",
+            first["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
     sqlx::query("UPDATE alert_deliveries SET created_at = $1 WHERE id = $2")
         .bind(now_ms() - 31 * 24 * 3600 * 1000)
         .bind(&old)
         .execute(&app.state.db.pool)
         .await
         .unwrap();
-    let purged = streamwatch::alerts::outbox::purge(&app.state.db, now_ms()).await.unwrap();
-    assert_eq!(purged, 1);
-    let left: Vec<String> = deliveries(&app, &ctx.cookie).await.iter().map(|d| d["id"].as_str().unwrap().to_owned()).collect();
-    assert!(!left.contains(&old) && left.contains(&recent["id"].as_str().unwrap().to_owned()), "{left:?}");
-    let (attempts,): (i64,) = sqlx::query_as("SELECT CAST(COUNT(*) AS BIGINT) FROM alert_attempts WHERE delivery_id = $1")
-        .bind(&old)
-        .fetch_one(&app.state.db.pool)
+    let purged = streamwatch::alerts::outbox::purge(&app.state.db, now_ms())
         .await
         .unwrap();
+    assert_eq!(purged, 1);
+    let left: Vec<String> = deliveries(&app, &ctx.cookie)
+        .await
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        !left.contains(&old) && left.contains(&recent["id"].as_str().unwrap().to_owned()),
+        "{left:?}"
+    );
+    let (attempts,): (i64,) = sqlx::query_as(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_attempts WHERE delivery_id = $1",
+    )
+    .bind(&old)
+    .fetch_one(&app.state.db.pool)
+    .await
+    .unwrap();
     assert_eq!(attempts, 0);
     app.shutdown().await;
 }
@@ -1437,11 +1626,18 @@ async fn assert_no_secret_at_rest(app: &TestApp, secrets: &[&str]) {
             assert!(wal.exists(), "the WAL was read");
         }
         Engine::Postgres => {
-            for table in ["alert_channels", "alert_deliveries", "alert_attempts", "alert_incidents"] {
-                let rows: Vec<(String,)> = sqlx::query_as(&format!("SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"))
-                    .fetch_all(&app.state.db.pool)
-                    .await
-                    .unwrap();
+            for table in [
+                "alert_channels",
+                "alert_deliveries",
+                "alert_attempts",
+                "alert_incidents",
+            ] {
+                let rows: Vec<(String,)> = sqlx::query_as(&format!(
+                    "SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"
+                ))
+                .fetch_all(&app.state.db.pool)
+                .await
+                .unwrap();
                 assert!(!rows.is_empty(), "{table}");
                 for (row,) in rows {
                     for secret in secrets {
@@ -1460,40 +1656,92 @@ async fn assert_no_secret_at_rest(app: &TestApp, secrets: &[&str]) {
 /// byte; every file the service made in its data dir is 0600, the dir 0700.
 async fn channel_secrets_never_rest_in_the_clear(app: TestApp) {
     let ctx = setup(&app).await;
-    let (pd, slack, discord) = (Receiver::start().await, Receiver::start().await, Receiver::start().await);
+    let (pd, slack, discord) = (
+        Receiver::start().await,
+        Receiver::start().await,
+        Receiver::start().await,
+    );
     let key = "R0123456789ROUTINGKEYwxyz";
     let slack_url = format!("{}/T000/B000/SLACKSECRETslackxyz", slack.url);
     let discord_url = format!("{}/1234/DISCORDSECRETdiscordxyz", discord.url);
     let p = channel(&app, &ctx.cookie, json!({ "name": "p", "type": "pagerduty", "url": pd.url, "routingKey": key, "groupWindow": "0s" })).await;
-    let sl = channel(&app, &ctx.cookie, json!({ "name": "s", "type": "slack", "url": slack_url, "groupWindow": "0s" })).await;
-    let di = channel(&app, &ctx.cookie, json!({ "name": "d", "type": "discord", "url": discord_url, "groupWindow": "0s" })).await;
+    let sl = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "s", "type": "slack", "url": slack_url, "groupWindow": "0s" }),
+    )
+    .await;
+    let di = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "d", "type": "discord", "url": discord_url, "groupWindow": "0s" }),
+    )
+    .await;
     assert_eq!(sl["url"], json!(slack_url), "shown once, at creation");
     let origin = slack.url.trim_end_matches("/hook").to_owned();
     let (_, listed) = get(&app, &ctx.cookie, "/api/v1/alerts/channels").await;
-    let shown = |id: &Value| listed["items"].as_array().unwrap().iter().find(|c| c["id"] == *id).unwrap().clone();
+    let shown = |id: &Value| {
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == *id)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(shown(&sl["id"])["url"], json!(format!("{origin}/…/****")));
     assert_eq!(shown(&p["id"])["routingKey"], "…wxyz");
     let text = listed.to_string();
-    assert!(!text.contains("SLACKSECRET") && !text.contains("DISCORDSECRET") && !text.contains("ROUTINGKEY"), "{text}");
+    assert!(
+        !text.contains("SLACKSECRET")
+            && !text.contains("DISCORDSECRET")
+            && !text.contains("ROUTINGKEY"),
+        "{text}"
+    );
 
     rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "failAfter": 1, "recoverAfter": 1, "channelIds": [p["id"], sl["id"], di["id"]] })).await;
     ctx.probe(&ctx.stream_id, false).await;
     ctx.probe(&ctx.stream_id, true).await;
     let sent = pd.wait_for(2, LIMIT).await;
-    assert!(sent.iter().all(|r| r.json()["routing_key"] == key), "added at send time");
-    assert!(slack.wait_for(2, LIMIT).await.iter().all(|r| r.path.ends_with("/SLACKSECRETslackxyz")));
-    assert!(discord.wait_for(2, LIMIT).await.iter().all(|r| r.path.ends_with("/DISCORDSECRETdiscordxyz")));
+    assert!(
+        sent.iter().all(|r| r.json()["routing_key"] == key),
+        "added at send time"
+    );
+    assert!(slack
+        .wait_for(2, LIMIT)
+        .await
+        .iter()
+        .all(|r| r.path.ends_with("/SLACKSECRETslackxyz")));
+    assert!(discord
+        .wait_for(2, LIMIT)
+        .await
+        .iter()
+        .all(|r| r.path.ends_with("/DISCORDSECRETdiscordxyz")));
 
     assert_no_secret_at_rest(&app, &[key, "SLACKSECRET", "DISCORDSECRET"]).await;
     let wal = app._dir.path().join("streamwatch.db-wal");
     if app.engine == Engine::Sqlite {
-        assert!(std::fs::metadata(&wal).unwrap().len() > 0, "the deliveries' writes are in the WAL");
+        assert!(
+            std::fs::metadata(&wal).unwrap().len() > 0,
+            "the deliveries' writes are in the WAL"
+        );
     }
 
     // A PATCHed URL is sealed too, and masked in the answer.
     let moved = format!("{}/T000/B000/MOVEDSECRETslack", slack.url);
-    let (s, b) = parts(app.patch(&format!("/api/v1/alerts/channels/{}", sl["id"].as_str().unwrap()), Some(&ctx.cookie), json!({ "url": moved })).await).await;
-    assert_eq!((s, b["url"].clone()), (StatusCode::OK, json!(format!("{origin}/…/****"))));
+    let (s, b) = parts(
+        app.patch(
+            &format!("/api/v1/alerts/channels/{}", sl["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+            json!({ "url": moved }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["url"].clone()),
+        (StatusCode::OK, json!(format!("{origin}/…/****")))
+    );
 
     // What an older version left in the clear is sealed at start-up.
     let legacy = Receiver::start().await;
@@ -1506,18 +1754,38 @@ async fn channel_secrets_never_rest_in_the_clear(app: TestApp) {
         .await
         .unwrap();
     sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE channel_id = $2")
-        .bind(format!(r#"[{{"routing_key":"{key}","event_action":"trigger"}}]"#))
+        .bind(format!(
+            r#"[{{"routing_key":"{key}","event_action":"trigger"}}]"#
+        ))
         .bind(p["id"].as_str().unwrap())
         .execute(&app.state.db.pool)
         .await
         .unwrap();
     app.state.alerts.seal_at_rest().await.unwrap();
-    let (s, _) = post(&app, &ctx.cookie, "/api/v1/alerts/channels/legacych/test", json!({})).await;
+    let (s, _) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/alerts/channels/legacych/test",
+        json!({}),
+    )
+    .await;
     assert_eq!(s, StatusCode::ACCEPTED);
-    assert!(legacy.wait_for(1, LIMIT).await[0].path.ends_with("/LEGACYSECRETslack"));
+    assert!(legacy.wait_for(1, LIMIT).await[0]
+        .path
+        .ends_with("/LEGACYSECRETslack"));
 
     // Nothing rests in the clear after an older version's rows were sealed either.
-    assert_no_secret_at_rest(&app, &[key, "SLACKSECRET", "DISCORDSECRET", "MOVEDSECRET", "LEGACYSECRET"]).await;
+    assert_no_secret_at_rest(
+        &app,
+        &[
+            key,
+            "SLACKSECRET",
+            "DISCORDSECRET",
+            "MOVEDSECRET",
+            "LEGACYSECRET",
+        ],
+    )
+    .await;
     let dir = app._dir.path().to_owned();
     use std::os::unix::fs::PermissionsExt;
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -1545,15 +1813,40 @@ async fn alert_targets_have_their_own_allow_list(engine: Engine) {
     app.stream(&cookie, &hook.url).await;
     // ...alert channels may not.
     for (url, message) in [
-        (hook.url.as_str(), "Hostname resolves to a private address (127.0.0.1)"),
+        (
+            hook.url.as_str(),
+            "Hostname resolves to a private address (127.0.0.1)",
+        ),
         ("ftp://example.com/hook", "Only http(s) URLs are allowed"),
         ("not a url", "Must be a valid URL"),
     ] {
-        let (s, b) = post(&app, &cookie, "/api/v1/alerts/channels", json!({ "name": "x", "type": "webhook", "url": url })).await;
-        assert_eq!((s, b), (StatusCode::BAD_REQUEST, json!({ "errors": { "url": message } })), "{url}");
+        let (s, b) = post(
+            &app,
+            &cookie,
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "webhook", "url": url }),
+        )
+        .await;
+        assert_eq!(
+            (s, b),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": { "url": message } })
+            ),
+            "{url}"
+        );
     }
-    let (_, b) = post(&app, &cookie, "/api/v1/streams", json!({ "sourceUrl": "ftp://example.com/x.m3u8" })).await;
-    assert_eq!(b, json!({ "errors": { "sourceUrl": "Only http(s) URLs are allowed" } }));
+    let (_, b) = post(
+        &app,
+        &cookie,
+        "/api/v1/streams",
+        json!({ "sourceUrl": "ftp://example.com/x.m3u8" }),
+    )
+    .await;
+    assert_eq!(
+        b,
+        json!({ "errors": { "sourceUrl": "Only http(s) URLs are allowed" } })
+    );
     assert_eq!(hook.connections(), 0);
     app.shutdown().await;
 }
@@ -1603,10 +1896,30 @@ async fn rules_are_evaluated_after_the_probe_commits_one_transaction_each() {
     let app = spawn(Engine::Postgres).await;
     let ctx = setup(&app).await;
     let hook = Receiver::start().await;
-    let free = channel(&app, &ctx.cookie, json!({ "name": "free", "type": "webhook", "url": hook.url })).await;
-    let locked = channel(&app, &ctx.cookie, json!({ "name": "locked", "type": "webhook", "url": hook.url })).await;
-    let first = rule(&app, &ctx.cookie, json!({ "name": "first", "kind": "stream", "failAfter": 1, "channelIds": [free["id"]] })).await;
-    let second = rule(&app, &ctx.cookie, json!({ "name": "second", "kind": "stream", "failAfter": 1, "channelIds": [locked["id"]] })).await;
+    let free = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "free", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    let locked = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "locked", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    let first = rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "first", "kind": "stream", "failAfter": 1, "channelIds": [free["id"]] }),
+    )
+    .await;
+    let second = rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "second", "kind": "stream", "failAfter": 1, "channelIds": [locked["id"]] }),
+    )
+    .await;
     // Transitions notifying a channel take its lock (outbox::notify): hold the second's.
     let mut holder = app.state.db.pool.acquire().await.unwrap();
     sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
@@ -1642,8 +1955,16 @@ async fn rules_are_evaluated_after_the_probe_commits_one_transaction_each() {
     };
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
-        let probes = count("SELECT CAST(COUNT(*) AS BIGINT) FROM probes WHERE stream_id = $1", ctx.stream_id.clone()).await;
-        let opened = count("SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1", first["id"].as_str().unwrap().to_owned()).await;
+        let probes = count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM probes WHERE stream_id = $1",
+            ctx.stream_id.clone(),
+        )
+        .await;
+        let opened = count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1",
+            first["id"].as_str().unwrap().to_owned(),
+        )
+        .await;
         if probes == 1 && opened == 1 {
             break;
         }
@@ -1651,7 +1972,14 @@ async fn rules_are_evaluated_after_the_probe_commits_one_transaction_each() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(!recording.is_finished(), "the second rule is still waiting");
-    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1", second["id"].as_str().unwrap().to_owned()).await, 0);
+    assert_eq!(
+        count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1",
+            second["id"].as_str().unwrap().to_owned()
+        )
+        .await,
+        0
+    );
     sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
         .bind(locked["id"].as_str().unwrap())
         .execute(&mut *holder)
@@ -1659,7 +1987,14 @@ async fn rules_are_evaluated_after_the_probe_commits_one_transaction_each() {
         .unwrap();
     drop(holder);
     recording.await.unwrap().unwrap().expect("recorded");
-    assert_eq!(count("SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1", second["id"].as_str().unwrap().to_owned()).await, 1);
+    assert_eq!(
+        count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1",
+            second["id"].as_str().unwrap().to_owned()
+        )
+        .await,
+        1
+    );
     app.shutdown().await;
 }
 
@@ -1677,7 +2012,12 @@ async fn nullable_binds_work_in_either_order_on_one_postgres_connection() {
     let cookie = app.user("binds@example.com").await;
     let owner = user_id(&app, &cookie).await;
     let hook = Receiver::start().await;
-    let ch = channel(&app, &cookie, json!({ "name": "h", "type": "webhook", "url": hook.url })).await;
+    let ch = channel(
+        &app,
+        &cookie,
+        json!({ "name": "h", "type": "webhook", "url": hook.url }),
+    )
+    .await;
     let channel_ids = Some(vec![ch["id"].as_str().unwrap().to_owned()]);
     let stream_rule = RuleInput {
         name: Some("stream".into()),
@@ -1694,33 +2034,71 @@ async fn nullable_binds_work_in_either_order_on_one_postgres_connection() {
         channel_ids,
         ..RuleInput::default()
     };
-    let guard = std::sync::Arc::new(streamwatch::ssrf::Guard::with_system_resolver(vec![]).unwrap());
+    let guard =
+        std::sync::Arc::new(streamwatch::ssrf::Guard::with_system_resolver(vec![]).unwrap());
     for stream_first in [true, false] {
         let one = app.state.db.with_one_connection().await.unwrap();
         let alerts = streamwatch::alerts::Alerts::new(one, &[7u8; 32], guard.clone(), None);
-        let order = if stream_first { [&stream_rule, &qoe_rule] } else { [&qoe_rule, &stream_rule] };
+        let order = if stream_first {
+            [&stream_rule, &qoe_rule]
+        } else {
+            [&qoe_rule, &stream_rule]
+        };
         let mut made = Vec::new();
         for input in order {
             made.push(alerts.create_rule(&owner, input).await.expect("created"));
         }
         for r in &made {
-            let change = RuleInput { name: Some(format!("{} again", r.name)), ..RuleInput::default() };
-            let changed = alerts.update_rule(&owner, &r.id, &change).await.expect("updated");
-            assert_eq!(changed.qoe.as_ref().map(|q| q.threshold), r.qoe.as_ref().map(|q| q.threshold));
+            let change = RuleInput {
+                name: Some(format!("{} again", r.name)),
+                ..RuleInput::default()
+            };
+            let changed = alerts
+                .update_rule(&owner, &r.id, &change)
+                .await
+                .expect("updated");
+            assert_eq!(
+                changed.qoe.as_ref().map(|q| q.threshold),
+                r.qoe.as_ref().map(|q| q.threshold)
+            );
         }
         let filters = [
-            IncidentFilter { limit: 10, ..IncidentFilter::default() },
-            IncidentFilter { state: Some(IncidentState::Firing), rule_id: Some(made[0].id.clone()), before: Some(now_ms()), limit: 10 },
+            IncidentFilter {
+                limit: 10,
+                ..IncidentFilter::default()
+            },
+            IncidentFilter {
+                state: Some(IncidentState::Firing),
+                rule_id: Some(made[0].id.clone()),
+                before: Some(now_ms()),
+                limit: 10,
+            },
         ];
-        let order: Vec<&IncidentFilter> = if stream_first { filters.iter().collect() } else { filters.iter().rev().collect() };
+        let order: Vec<&IncidentFilter> = if stream_first {
+            filters.iter().collect()
+        } else {
+            filters.iter().rev().collect()
+        };
         for f in order {
             alerts.incidents(&owner, f).await.expect("incidents");
         }
         let filters = [
-            DeliveryFilter { limit: 10, ..DeliveryFilter::default() },
-            DeliveryFilter { channel_id: Some(ch["id"].as_str().unwrap().to_owned()), status: Some(streamwatch::states::DeliveryStatus::Sent), before: Some(now_ms()), limit: 10 },
+            DeliveryFilter {
+                limit: 10,
+                ..DeliveryFilter::default()
+            },
+            DeliveryFilter {
+                channel_id: Some(ch["id"].as_str().unwrap().to_owned()),
+                status: Some(streamwatch::states::DeliveryStatus::Sent),
+                before: Some(now_ms()),
+                limit: 10,
+            },
         ];
-        let order: Vec<&DeliveryFilter> = if stream_first { filters.iter().collect() } else { filters.iter().rev().collect() };
+        let order: Vec<&DeliveryFilter> = if stream_first {
+            filters.iter().collect()
+        } else {
+            filters.iter().rev().collect()
+        };
         for f in order {
             alerts.deliveries(&owner, f).await.expect("deliveries");
         }
@@ -1729,7 +2107,12 @@ async fn nullable_binds_work_in_either_order_on_one_postgres_connection() {
         }
     }
     // And through the API: a stream rule, then a QoE rule.
-    rule(&app, &cookie, json!({ "name": "s", "kind": "stream", "channelIds": [ch["id"]] })).await;
+    rule(
+        &app,
+        &cookie,
+        json!({ "name": "s", "kind": "stream", "channelIds": [ch["id"]] }),
+    )
+    .await;
     rule(&app, &cookie, json!({ "name": "q", "kind": "qoe", "metric": "playbackFailurePct", "op": ">", "threshold": 5, "channelIds": [ch["id"]] })).await;
     app.shutdown().await;
 }

@@ -400,7 +400,12 @@ async fn twenty_requests_of_7000_filters_keep_the_process_under_200_mb() {
         .map(|i| format!("filter={}", (b'a' + (i % 26) as u8) as char))
         .collect::<Vec<_>>()
         .join("&");
-    let paths = ["/app/qoe", "/app/views", "/api/v1/qoe/overview", "/api/v1/qoe/views"];
+    let paths = [
+        "/app/qoe",
+        "/app/views",
+        "/api/v1/qoe/overview",
+        "/api/v1/qoe/views",
+    ];
     let mut requests = Vec::new();
     for i in 0..20 {
         let url = server.url(&format!(
@@ -418,7 +423,12 @@ async fn twenty_requests_of_7000_filters_keep_the_process_under_200_mb() {
                 .unwrap_or_else(|e| panic!("request {i} not answered: {}", e.without_url()));
             let status = r.status();
             let body = r.bytes().await.expect("body");
-            (i, status, body.len(), String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned())
+            (
+                i,
+                status,
+                body.len(),
+                String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+            )
         }));
     }
     for r in requests {

@@ -536,7 +536,11 @@ async fn gate_and_bad_parameters(app: TestApp) {
 /// leading `'`, and numbers (a negative impact among them) stay numbers.
 async fn csv_cells_never_run_as_formulas(app: TestApp) {
     let cookie = app.user("csv@example.com").await;
-    let (_, key) = parts(app.post("/api/v1/keys", Some(&cookie), json!({ "label": "k" })).await).await;
+    let (_, key) = parts(
+        app.post("/api/v1/keys", Some(&cookie), json!({ "label": "k" }))
+            .await,
+    )
+    .await;
     let key = key["rawKey"].as_str().expect("raw key").to_owned();
     let hostile = json!({
         "apiKey": key,
@@ -552,7 +556,10 @@ async fn csv_cells_never_run_as_formulas(app: TestApp) {
     send(&app, &key, CHROME, &view_a(&key)).await;
     refresh(&app).await;
     let text = app
-        .get(&format!("/api/v1/qoe/views?format=csv&{RANGE}"), Some(&cookie))
+        .get(
+            &format!("/api/v1/qoe/views?format=csv&{RANGE}"),
+            Some(&cookie),
+        )
         .await
         .text()
         .await
@@ -571,7 +578,9 @@ async fn csv_cells_never_run_as_formulas(app: TestApp) {
     assert_eq!(row[col("errorCount")], "1", "numbers stay numbers");
     let text = app
         .get(
-            &format!("/api/v1/qoe/breakdown?metric=playbackFailurePct&by=contentId&format=csv&{RANGE}"),
+            &format!(
+                "/api/v1/qoe/breakdown?metric=playbackFailurePct&by=contentId&format=csv&{RANGE}"
+            ),
             Some(&cookie),
         )
         .await

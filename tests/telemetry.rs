@@ -567,8 +567,16 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
     let events: Vec<Value> = (0..1250)
         .flat_map(|i| {
             [
-                ev("playback_pause", &at(i * 7), json!({ "positionMs": i, "bufferedMs": 1 })),
-                ev("rebuffer_start", &at(i * 7), json!({ "positionMs": i, "bufferedMs": 0 })),
+                ev(
+                    "playback_pause",
+                    &at(i * 7),
+                    json!({ "positionMs": i, "bufferedMs": 1 }),
+                ),
+                ev(
+                    "rebuffer_start",
+                    &at(i * 7),
+                    json!({ "positionMs": i, "bufferedMs": 0 }),
+                ),
             ]
         })
         .collect();
@@ -580,7 +588,9 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
     start.extend(events);
     for chunk in start.chunks(1000) {
         assert_eq!(
-            post_batch(&app, Some(&key), &batch(&key, "s-long", chunk.to_vec())).await.0,
+            post_batch(&app, Some(&key), &batch(&key, "s-long", chunk.to_vec()))
+                .await
+                .0,
             StatusCode::NO_CONTENT
         );
     }
@@ -588,8 +598,11 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
         let (app, cookie) = (&app, &cookie);
         async move {
             parts(
-                app.get(&format!("/api/v1/telemetry/sessions/s-long/events{q}"), Some(cookie))
-                    .await,
+                app.get(
+                    &format!("/api/v1/telemetry/sessions/s-long/events{q}"),
+                    Some(cookie),
+                )
+                .await,
             )
             .await
         }
@@ -599,7 +612,10 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
     assert_eq!(first["items"].as_array().expect("items").len(), 1000);
     assert_eq!(first["items"][0]["type"], "playback_start");
     let mut all: Vec<Value> = first["items"].as_array().expect("items").clone();
-    let mut cursor = first["nextCursor"].as_str().expect("a next page").to_owned();
+    let mut cursor = first["nextCursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
     let mut pages = 1;
     loop {
         let (s, next) = page(format!("?cursor={cursor}&limit=700")).await;
@@ -617,7 +633,12 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
     assert_eq!(all.len(), 2501, "every event once");
     let keys: Vec<(String, String)> = all
         .iter()
-        .map(|e| (e["ts"].as_str().unwrap_or_default().to_owned(), e["type"].as_str().unwrap_or_default().to_owned()))
+        .map(|e| {
+            (
+                e["ts"].as_str().unwrap_or_default().to_owned(),
+                e["type"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
         .collect();
     let mut sorted = keys.clone();
     sorted.sort();
@@ -630,14 +651,25 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
     assert_eq!(whole["nextCursor"], Value::Null);
 
     for (q, field, message) in [
-        ("?limit=0", "limit", "Number must be greater than or equal to 1"),
-        ("?limit=10001", "limit", "Number must be less than or equal to 10000"),
+        (
+            "?limit=0",
+            "limit",
+            "Number must be greater than or equal to 1",
+        ),
+        (
+            "?limit=10001",
+            "limit",
+            "Number must be less than or equal to 10000",
+        ),
         ("?limit=ten", "limit", "Expected number, received nan"),
         ("?cursor=bm90IGEgY3Vyc29y", "cursor", "Invalid cursor"),
     ] {
         assert_eq!(
             page(q.into()).await,
-            (StatusCode::BAD_REQUEST, json!({ "errors": { field: message } })),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": { field: message } })
+            ),
             "{q}"
         );
     }
@@ -650,12 +682,17 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
             json!({ "code": "E", "message": "m".repeat(900_000), "fatal": false }),
         );
         assert_eq!(
-            post_batch(&app, Some(&key), &batch(&key, "s-heavy", vec![heavy])).await.0,
+            post_batch(&app, Some(&key), &batch(&key, "s-heavy", vec![heavy]))
+                .await
+                .0,
             StatusCode::NO_CONTENT
         );
     }
     let r = app
-        .get("/api/v1/telemetry/sessions/s-heavy/events?limit=10000", Some(&cookie))
+        .get(
+            "/api/v1/telemetry/sessions/s-heavy/events?limit=10000",
+            Some(&cookie),
+        )
         .await;
     let text = r.text().await.expect("body");
     assert!(text.len() < 8 * 1024 * 1024, "{} bytes", text.len());
@@ -696,7 +733,11 @@ async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
         .text()
         .await
         .expect("page");
-    assert_eq!(html.matches("<td><code>").count(), 1000, "one row per event");
+    assert_eq!(
+        html.matches("<td><code>").count(),
+        1000,
+        "one row per event"
+    );
     let next = html
         .split("href=\"")
         .filter_map(|h| h.split('"').next())

@@ -697,7 +697,10 @@ mod csv_tests {
     #[test]
     fn formula_cells_are_neutralised_and_numbers_stay_numbers() {
         for (raw, cell) in [
-            ("=HYPERLINK(\"https://evil.example\",\"x\")", "'=HYPERLINK(\"https://evil.example\",\"x\")"),
+            (
+                "=HYPERLINK(\"https://evil.example\",\"x\")",
+                "'=HYPERLINK(\"https://evil.example\",\"x\")",
+            ),
             ("+1", "'+1"),
             ("-2+3", "'-2+3"),
             ("@SUM(A1)", "'@SUM(A1)"),

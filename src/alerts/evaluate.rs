@@ -38,16 +38,15 @@ pub struct StreamFacts {
 }
 
 /// The stream's facts as of the probe being recorded in `tx`.
-pub async fn stream_facts(
-    tx: &mut AnyConnection,
-    stream_id: &str,
-) -> Result<StreamFacts, DbError> {
-    Ok(sqlx::query_as(
-        "SELECT name, source_url, down_streak, up_streak FROM streams WHERE id = $1",
+pub async fn stream_facts(tx: &mut AnyConnection, stream_id: &str) -> Result<StreamFacts, DbError> {
+    Ok(
+        sqlx::query_as(
+            "SELECT name, source_url, down_streak, up_streak FROM streams WHERE id = $1",
+        )
+        .bind(stream_id)
+        .fetch_one(&mut *tx)
+        .await?,
     )
-    .bind(stream_id)
-    .fetch_one(&mut *tx)
-    .await?)
 }
 
 /// Evaluates the stream rules that watch this probe's stream, once the probe has committed:
@@ -219,13 +218,11 @@ pub async fn on_stream_deleted(
     for (id, rule_id) in open {
         outbox::notify(tx, engine, &rule_id, &id, DeliveryEvent::Resolved, at).await?;
     }
-    sqlx::query(
-        "UPDATE alert_rules SET enabled = 0, disabled_reason = $1 WHERE stream_id = $2",
-    )
-    .bind(super::rules::STREAM_DELETED)
-    .bind(stream_id)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query("UPDATE alert_rules SET enabled = 0, disabled_reason = $1 WHERE stream_id = $2")
+        .bind(super::rules::STREAM_DELETED)
+        .bind(stream_id)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

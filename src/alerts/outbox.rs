@@ -332,7 +332,9 @@ async fn claim_on(
          WHERE id IN ({list}) AND status = 'pending' AND lease_until <= $1 \
          RETURNING id, channel_id, webhook_id, attempts, body"
     );
-    let mut q = sqlx::query_as::<_, Claimed>(&sql).bind(now).bind(lease_until);
+    let mut q = sqlx::query_as::<_, Claimed>(&sql)
+        .bind(now)
+        .bind(lease_until);
     for id in &picked {
         q = q.bind(id);
     }

@@ -623,17 +623,35 @@ mod tests {
             public_url: Some("https://watch.example.com"),
         };
         let i = incident(1, true);
-        let slack = &bodies(ChannelType::Slack, DeliveryEvent::Firing, &[i.clone()], links, 0)[0];
+        let slack = &bodies(
+            ChannelType::Slack,
+            DeliveryEvent::Firing,
+            std::slice::from_ref(&i),
+            links,
+            0,
+        )[0];
         assert!(slack["text"]
             .as_str()
             .unwrap_or_default()
             .ends_with(" <https://watch.example.com/app/streams/s1|open>"));
-        let discord = &bodies(ChannelType::Discord, DeliveryEvent::Firing, &[i.clone()], links, 0)[0];
+        let discord = &bodies(
+            ChannelType::Discord,
+            DeliveryEvent::Firing,
+            std::slice::from_ref(&i),
+            links,
+            0,
+        )[0];
         assert!(discord["content"]
             .as_str()
             .unwrap_or_default()
             .ends_with(" <https://watch.example.com/app/streams/s1>"));
-        let pd = &bodies(ChannelType::Pagerduty, DeliveryEvent::Firing, &[i], links, 0)[0];
+        let pd = &bodies(
+            ChannelType::Pagerduty,
+            DeliveryEvent::Firing,
+            &[i],
+            links,
+            0,
+        )[0];
         assert_eq!(
             pd["links"][0]["href"],
             "https://watch.example.com/app/streams/s1"
@@ -656,6 +674,9 @@ mod tests {
             ..incident(1, true)
         };
         let text = chat_text(Chat::Slack, DeliveryEvent::Resolved, &[i], Links::default());
-        assert!(text.ends_with("Origin down: Channel 1: resolved: stream deleted"), "{text}");
+        assert!(
+            text.ends_with("Origin down: Channel 1: resolved: stream deleted"),
+            "{text}"
+        );
     }
 }

@@ -156,8 +156,13 @@ mod tests {
         assert_eq!(over_limit(&format!("{}&{}", q(20, "a"), q(20, "b"))), None);
         // Percent-encoded names are the decoded parameter.
         assert_eq!(
-            over_limit(&(0..21).map(|i| format!("fil%74er=x{i}")).collect::<Vec<_>>().join("&"))
-                .as_deref(),
+            over_limit(
+                &(0..21)
+                    .map(|i| format!("fil%74er=x{i}"))
+                    .collect::<Vec<_>>()
+                    .join("&")
+            )
+            .as_deref(),
             Some("filter")
         );
     }

@@ -93,8 +93,7 @@ impl PageFill {
     /// Takes one more event; `false` once the page is full (that event belongs to the next
     /// page, whose cursor is now set).
     fn push(&mut self, e: StoredEvent) -> bool {
-        if self.page.events.len() >= self.limits.events || self.bytes >= self.limits.payload_bytes
-        {
+        if self.page.events.len() >= self.limits.events || self.bytes >= self.limits.payload_bytes {
             self.page.next = self.page.events.last().map(EventCursor::of);
             return false;
         }
@@ -240,7 +239,13 @@ mod tests {
             event_type: EventType::RebufferStart,
         };
         assert_eq!(EventCursor::decode(&c.encode()), Some(c));
-        for bad in ["", "x", "MTIz", &URL_SAFE_NO_PAD.encode("12:nope"), &URL_SAFE_NO_PAD.encode("+12:error")] {
+        for bad in [
+            "",
+            "x",
+            "MTIz",
+            &URL_SAFE_NO_PAD.encode("12:nope"),
+            &URL_SAFE_NO_PAD.encode("+12:error"),
+        ] {
             assert_eq!(EventCursor::decode(bad), None, "{bad:?}");
         }
     }

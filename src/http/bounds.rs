@@ -57,7 +57,7 @@ pub async fn bounded_query(req: Request, next: Next) -> Response {
     };
     if is_page(req.uri().path()) {
         PageError::BadRequest(format!(
-            "The address repeats “{}” more than {MAX_VALUES} times: remove some and try again.",
+            "The address gives “{}” more than {MAX_VALUES} different values: remove some and try again.",
             shorten(&param, 64)
         ))
         .into_response()

@@ -165,7 +165,7 @@ pub fn bodies(
                     pagerduty_event(
                         action,
                         &format!("streamwatch-{}", i.id),
-                        &shorten(&one_line(&summary(i, event)), PAGERDUTY_SUMMARY_MAX_CHARS),
+                        &shorten(&summary(i, event), PAGERDUTY_SUMMARY_MAX_CHARS),
                         links.of(i),
                         now,
                         serde_json::to_value(as_notified(i, event)).unwrap_or(Value::Null),
@@ -294,18 +294,56 @@ fn one_line(s: &str) -> String {
 
 /// One line about an incident: the rule, what it watches, what happened (for a resolve,
 /// that it recovered from it: the detail is still the fault's; or that its stream is gone).
-fn summary(i: &Incident, event: DeliveryEvent) -> String {
-    let what = if event == DeliveryEvent::Resolved && i.detail == STREAM_DELETED {
-        format!("resolved: {STREAM_DELETED}")
-    } else if event == DeliveryEvent::Resolved {
-        format!("recovered (was: {})", i.detail)
-    } else {
-        i.detail.clone()
-    };
-    match &i.stream_name {
-        Some(stream) => format!("{}: {stream}: {what}", i.rule_name),
-        None => format!("{}: {what}", i.rule_name),
+/// As pieces, each marked `true` when it is text from users (names, URLs, details), so a chat
+/// line escapes those and keeps its own punctuation as it is.
+fn summary_pieces(i: &Incident, event: DeliveryEvent) -> Vec<(String, bool)> {
+    let ours = |s: &str| (s.to_owned(), false);
+    let theirs = |s: &str| (one_line(s), true);
+    let mut pieces = vec![theirs(&i.rule_name), ours(": ")];
+    if let Some(stream) = &i.stream_name {
+        pieces.extend([theirs(stream), ours(": ")]);
     }
+    if event == DeliveryEvent::Resolved && i.detail == STREAM_DELETED {
+        pieces.push(ours(&format!("resolved: {STREAM_DELETED}")));
+    } else if event == DeliveryEvent::Resolved {
+        pieces.extend([ours("recovered (was: "), theirs(&i.detail), ours(")")]);
+    } else {
+        pieces.push(theirs(&i.detail));
+    }
+    pieces
+}
+
+/// The line of [`summary_pieces`] as plain text.
+fn summary(i: &Incident, event: DeliveryEvent) -> String {
+    summary_pieces(i, event)
+        .into_iter()
+        .map(|(text, _)| text)
+        .collect()
+}
+
+/// The line of [`summary_pieces`] cut to `max` characters of text (ending in "…" when cut),
+/// then with the users' pieces escaped for `chat`.
+fn chat_line(chat: Chat, i: &Incident, event: DeliveryEvent, max: usize) -> String {
+    let pieces = summary_pieces(i, event);
+    let total: usize = pieces.iter().map(|(t, _)| t.chars().count()).sum();
+    let mut budget = if total > max { max - 1 } else { max };
+    let mut out = String::new();
+    for (text, from_users) in pieces {
+        if budget == 0 {
+            break;
+        }
+        let kept: String = text.chars().take(budget).collect();
+        budget -= kept.chars().count();
+        if from_users {
+            out.push_str(&chat.escape(&kept));
+        } else {
+            out.push_str(&kept);
+        }
+    }
+    if total > max {
+        out.push('…');
+    }
+    out
 }
 
 /// A chat message: the count and event, then each incident (at most [`CHAT_LISTED`], each
@@ -331,9 +369,9 @@ pub fn chat_text(
         .iter()
         .take(CHAT_LISTED)
         .map(|i| {
-            let text = shorten(&one_line(&summary(i, event)), LINE_MAX_CHARS - 2);
+            let text = chat_line(chat, i, event, LINE_MAX_CHARS - 2);
             let link = links.of(i).map(|href| chat.link(&href)).unwrap_or_default();
-            format!("• {}{link}", chat.escape(&text))
+            format!("• {text}{link}")
         })
         .collect();
     let text = |listed: usize| {

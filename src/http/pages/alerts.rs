@@ -282,7 +282,10 @@ fn condition(r: &Rule, streams: &HashMap<String, String>) -> String {
         _ => {
             let target = match &r.stream_id {
                 None => "Any stream".to_owned(),
-                Some(id) => streams.get(id).cloned().unwrap_or_else(|| id.clone()),
+                Some(id) => streams
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("a deleted stream ({id})")),
             };
             format!(
                 "{target}: fires after {} unplayable probe{} in a row, resolves after {} playable",

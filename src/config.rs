@@ -26,7 +26,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP service, the prober and the telemetry writer.
     Serve(Box<Config>),
-    /// Manage accounts (for deployments with `STREAMWATCH_SIGNUP=closed`).
+    /// Manage accounts (e.g. with `STREAMWATCH_SIGNUP=closed`).
     #[command(subcommand)]
     Users(UsersCommand),
 }
@@ -38,7 +38,8 @@ pub enum UsersCommand {
     Add(Box<AddUser>),
 }
 
-/// `streamwatch users add --email … --name …` with the service's storage settings.
+/// `streamwatch users add --email … --name …`: only the settings that find the accounts'
+/// store (the data dir or `DATABASE_URL`), not every flag of `serve`.
 #[derive(Debug, Args)]
 pub struct AddUser {
     /// E-mail address the user signs in with.
@@ -47,8 +48,15 @@ pub struct AddUser {
     /// Display name (1–120 characters).
     #[arg(long)]
     pub name: String,
-    #[command(flatten)]
-    pub config: Config,
+    /// The server's data dir (holds the embedded accounts store).
+    #[arg(long, env = "STREAMWATCH_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// The server's `postgres://…` or `sqlite://…` store; empty means the data dir's SQLite file.
+    #[arg(long, env = "DATABASE_URL", value_parser = parse_database_url)]
+    pub database_url: Option<DatabaseUrl>,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "STREAMWATCH_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    pub log_format: LogFormat,
 }
 
 /// Everything the service needs to start. Every field has a default so `streamwatch serve`
@@ -124,9 +132,10 @@ pub struct Config {
     #[arg(long, env = "STREAMWATCH_AUTH_RATE_LIMIT", default_value = "10/60s", value_parser = parse_rate_limit)]
     pub auth_rate_limit: RateLimit,
 
-    /// `open`: anyone may sign up; `closed`: sign-up is refused and operators add users with
-    /// `streamwatch users add`.
-    #[arg(long, env = "STREAMWATCH_SIGNUP", default_value = "open", value_parser = parse_signup)]
+    /// `invite`: the first account (the owner) signs up freely, then only with an invitation
+    /// the owner minted on /app/team; `open`: anyone may sign up; `closed`: sign-up is refused
+    /// and operators add users with `streamwatch users add`.
+    #[arg(long, env = "STREAMWATCH_SIGNUP", default_value = "invite", value_parser = parse_signup)]
     pub signup: Signup,
 
     /// Streams one user may register.
@@ -247,18 +256,23 @@ fn parse_log_format(s: &str) -> Result<LogFormat, String> {
     }
 }
 
-/// Whether anyone may create an account.
+/// Who may create an account (decisions.md §15).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signup {
+    /// The first account freely, then only with an invitation.
+    Invite,
+    /// Anyone.
     Open,
+    /// Nobody: operators run `streamwatch users add`.
     Closed,
 }
 
 fn parse_signup(s: &str) -> Result<Signup, String> {
     match s.trim() {
+        "invite" => Ok(Signup::Invite),
         "open" => Ok(Signup::Open),
         "closed" => Ok(Signup::Closed),
-        _ => Err(format!("`{s}` is not `open` or `closed`")),
+        _ => Err(format!("`{s}` is not `invite`, `open` or `closed`")),
     }
 }
 
@@ -507,7 +521,7 @@ mod tests {
         assert_eq!(c.probe_interval, Duration::from_secs(30));
         assert_eq!(c.probe_timeout, Duration::from_secs(10));
         assert_eq!(c.slow_ms, 2000);
-        assert_eq!(c.signup, Signup::Open);
+        assert_eq!(c.signup, Signup::Invite);
         assert_eq!(c.max_streams_per_user, 1000);
         assert_eq!(c.probe_host_rate, 50);
         assert_eq!(c.max_connections, 10_000);

@@ -88,6 +88,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "alerts hardening",
         sql: include_str!("../migrations/sqlite/0005_alerts_hardening.sql"),
     },
+    Migration {
+        version: 6,
+        name: "team",
+        sql: include_str!("../migrations/sqlite/0006_team.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -116,6 +121,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "alerts hardening",
         sql: include_str!("../migrations/postgres/0005_alerts_hardening.sql"),
     },
+    Migration {
+        version: 6,
+        name: "team",
+        sql: include_str!("../migrations/postgres/0006_team.sql"),
+    },
 ];
 
 /// Any number held by the advisory lock that serialises migrations across instances.
@@ -142,6 +152,11 @@ impl Db {
         let db = Self::open(url, data_dir).await?;
         let host = url.map(host_of).unwrap_or_default();
         if db.engine == Engine::Postgres {
+            if let Err((cause, how)) = db.create_if_missing().await {
+                tracing::error!(%host, error = %cause, "database missing at start-up; serving unready and retrying; {how}");
+                db.set_cause(cause);
+                return Ok(db);
+            }
             if let Err(cause) = db.diagnose().await {
                 tracing::error!(%host, error = %cause, "database unreachable at start-up; serving unready and retrying");
                 db.set_cause(cause);
@@ -179,6 +194,20 @@ impl Db {
         }
     }
 
+    /// Creates the PostgreSQL database when it is missing and the role may; else the cause
+    /// (for readiness) and how to create it (for the log).
+    async fn create_if_missing(&self) -> Result<(), (String, String)> {
+        use crate::create_database::{create_if_missing, Found};
+        match create_if_missing(&self.url).await {
+            Found::Nothing => Ok(()),
+            Found::Created { database } => {
+                tracing::info!(%database, "created the database");
+                Ok(())
+            }
+            Found::Missing { cause, how } => Err((cause, how)),
+        }
+    }
+
     fn set_cause(&self, cause: String) {
         *self
             .cause
@@ -192,22 +221,36 @@ impl Db {
     }
 
     /// Retries the migrations with backoff until they are applied (the store came up), then
-    /// returns. Ends early when `stop` turns true.
+    /// returns. Ends early when `stop` turns true. One log line per backoff step while the
+    /// backoff grows, then one per 10 steps while the cause stays the same (decisions.md §15).
     pub async fn run_migrator(self, mut stop: watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(500);
         let mut attempts = 1u32;
+        let mut last_cause = String::new();
+        let mut log = |attempts: u32, backoff: Duration, cause: &str, how: &str| {
+            let grows = backoff < Duration::from_secs(5);
+            if grows || attempts.is_multiple_of(10) || cause != last_cause {
+                tracing::warn!(attempts, retry_in_ms = backoff.as_millis() as u64, error = %cause, "database not ready yet{how}");
+            }
+            last_cause = cause.to_owned();
+        };
         while !self.is_ready() {
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
                 _ = stop.changed() => return,
             }
             attempts += 1;
-            if let Err(cause) = self.diagnose().await {
-                if attempts.is_multiple_of(10) {
-                    tracing::warn!(attempts, error = %cause, "database still unreachable");
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            if self.engine == Engine::Postgres {
+                if let Err((cause, how)) = self.create_if_missing().await {
+                    log(attempts, backoff, &cause, &format!("; {how}"));
+                    self.set_cause(cause);
+                    continue;
                 }
+            }
+            if let Err(cause) = self.diagnose().await {
+                log(attempts, backoff, &cause, "");
                 self.set_cause(cause);
-                backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
             match self.migrate().await {
@@ -217,11 +260,8 @@ impl Db {
                 }
                 Err(e) => {
                     let cause = describe(&e);
-                    if attempts.is_multiple_of(10) {
-                        tracing::warn!(attempts, error = %cause, "database still not migrated");
-                    }
+                    log(attempts, backoff, &cause, "");
                     self.set_cause(cause);
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
         }

@@ -7,15 +7,18 @@
 //! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
 //! * [`ssrf`] — the guard shared by registration and every probe.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
-//! * [`datadir`] — the data dir's permissions (0700, files 0600).
-//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations.
+//! * [`data_dir`] — the data dir: its lock (one server per `STREAMWATCH_DATA_DIR`) and its
+//!   permissions (0700, files 0600).
+//! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations;
+//!   [`create_database`] makes a missing PostgreSQL database.
 //! * [`metrics`] — Prometheus metrics: recorder, `/metrics`, request tracking, sampled gauges.
 //! * [`supervisor`] — background tasks; one that dies stops the process (non-zero exit).
 
 pub mod accounts;
 pub mod alerts;
 pub mod config;
-pub mod datadir;
+pub mod create_database;
+pub mod data_dir;
 pub mod db;
 pub mod http;
 pub mod keys;

@@ -28,7 +28,7 @@ async fn main() {
     };
     let format = match &cli.command {
         Command::Serve(c) => c.log_format,
-        Command::Users(UsersCommand::Add(a)) => a.config.log_format,
+        Command::Users(UsersCommand::Add(a)) => a.log_format,
     };
     init_logs(format);
     let result = match cli.command {
@@ -61,6 +61,7 @@ async fn add_user(add: streamwatch::config::AddUser) -> anyhow::Result<()> {
     let (user, password) = streamwatch::startup::add_user(add).await?;
     println!("created user {} ({})", user.email, user.id);
     println!("one-time password (shown once, not stored): {password}");
+    println!("it works for the first sign-in only: the dashboard then asks for a new password");
     Ok(())
 }
 

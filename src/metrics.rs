@@ -289,6 +289,16 @@ const METRICS: &[(&str, Kind, &str)] = &[
         "Sessions not expired",
     ),
     (
+        "streamwatch_auth_password_changes_total",
+        Kind::Counter,
+        "Password change attempts by outcome",
+    ),
+    (
+        "streamwatch_auth_invitations_created_total",
+        Kind::Counter,
+        "Invitation links minted by the owner",
+    ),
+    (
         "streamwatch_alert_deliveries_total",
         Kind::Counter,
         "Alert delivery attempts by outcome: sent, retry, failed, dead",

@@ -35,6 +35,8 @@ pub struct Server {
     max_connections: usize,
     background: Supervisor,
     writer: BatchWriter,
+    /// Held until the server has stopped: no second server on this data dir meanwhile.
+    lock: crate::data_dir::DataDirLock,
     pub state: Arc<AppState>,
 }
 
@@ -63,7 +65,15 @@ impl Server {
         // First, so everything built below records into it. Without a metrics listener no
         // recorder is installed and every metric call is a no-op (nothing to pay for).
         let metrics = config.metrics_listen.0.map(|_| crate::metrics::install());
-        prepare_data_dir(&config)?;
+        crate::data_dir::create(&config.data_dir).with_context(|| {
+            format!(
+                "cannot create STREAMWATCH_DATA_DIR {}",
+                config.data_dir.display()
+            )
+        })?;
+        // Before anything writes into the dir (decisions.md §15).
+        let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
+        prepare_databases(&config)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
             .await
@@ -72,7 +82,7 @@ impl Server {
             .context("cannot set up the DNS resolver")?;
         let (sink, connect, analytics, live) = open_sink(&config).await?;
         // The databases are open: their WAL and shared-memory files exist now.
-        crate::datadir::tighten(&config.data_dir).with_context(|| {
+        crate::data_dir::tighten(&config.data_dir).with_context(|| {
             format!(
                 "cannot set the permissions of STREAMWATCH_DATA_DIR {}",
                 config.data_dir.display()
@@ -102,6 +112,7 @@ impl Server {
         let state = Arc::new(AppState {
             alerts: alerts.clone(),
             accounts: Accounts::new(db.clone(), &secret)?,
+            invitations: crate::accounts::invitations::Invitations::new(db.clone()),
             streams: Streams::new(db.clone(), guard.clone(), config.max_streams_per_user),
             keys: keys.clone(),
             key_cache: key_cache.clone(),
@@ -139,17 +150,23 @@ impl Server {
                 stop.clone(),
             )),
         );
+        // Tasks on the relational store start once it is migrated: until then each would log
+        // the same failure every second (decisions.md §15); the migrator reports it alone.
         tasks.service(
             "alert sender",
-            ok(crate::alerts::sender::run(
-                alerts.clone(),
-                crate::alerts::sender::SenderConfig {
-                    poll: config.alert_timing.sender_poll,
-                    timeout: config.alert_timing.send_timeout,
-                    ..Default::default()
-                },
-                stop.clone(),
-            )),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::sender::run(
+                    alerts.clone(),
+                    crate::alerts::sender::SenderConfig {
+                        poll: config.alert_timing.sender_poll,
+                        timeout: config.alert_timing.send_timeout,
+                        ..Default::default()
+                    },
+                    stop.clone(),
+                )),
+            ),
         );
         tasks.service(
             "alert delivery retention",
@@ -157,34 +174,53 @@ impl Server {
         );
         tasks.service(
             "alert evaluator",
-            ok(crate::alerts::evaluate::run(
-                alerts,
-                state.analytics.clone(),
-                state.streams.clone(),
-                config.alert_timing.evaluate_every,
-                stop.clone(),
-            )),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::evaluate::run(
+                    alerts,
+                    state.analytics.clone(),
+                    state.streams.clone(),
+                    config.alert_timing.evaluate_every,
+                    stop.clone(),
+                )),
+            ),
         );
         tasks.service(
             "api key lastUsedAt writer",
-            ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+            once_ready(
+                &db,
+                &stop,
+                ok(cache::run_touch_writer(keys, touch_rx, stop.clone())),
+            ),
         );
         if let Some(DatabaseUrl::Postgres(url)) = &config.database_url {
             tasks.service(
                 "api key cache listener",
-                ok(key_cache.run_listener(url.clone(), stop.clone())),
+                once_ready(
+                    &db,
+                    &stop,
+                    ok(key_cache.run_listener(url.clone(), stop.clone())),
+                ),
             );
         }
         if background.prober {
             let scheduler = crate::prober::scheduler(&config, db.clone(), guard.clone())
                 .context("cannot start the prober")?;
-            tasks.service("prober", ok(scheduler.run(stop.clone())));
+            tasks.service(
+                "prober",
+                once_ready(&db, &stop, ok(scheduler.run(stop.clone()))),
+            );
             tasks.service(
                 "probe retention",
-                ok(crate::prober::retention::run(
-                    crate::probes::Probes::new(db.clone()),
-                    stop.clone(),
-                )),
+                once_ready(
+                    &db,
+                    &stop,
+                    ok(crate::prober::retention::run(
+                        crate::probes::Probes::new(db.clone()),
+                        stop.clone(),
+                    )),
+                ),
             );
         }
 
@@ -234,6 +270,7 @@ impl Server {
             max_connections,
             background: tasks,
             writer,
+            lock,
             state,
         })
     }
@@ -273,9 +310,15 @@ impl Server {
             max_connections,
             mut background,
             writer,
+            lock,
             state,
         } = self;
-        tracing::info!(addr = %listener.local_addr()?, max_connections, "listening");
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, max_connections, "listening");
+        tracing::info!(
+            "open {} in a browser for the dashboard",
+            dashboard_url(addr)
+        );
         let mut death = None;
         let stop_serving = async {
             tokio::select! {
@@ -292,10 +335,43 @@ impl Server {
         drop(state);
         writer.shutdown().await;
         let later = background.stop().await;
+        drop(lock);
         match death.or_else(|| later.into_iter().next()) {
             Some(d) => Err(anyhow::anyhow!(d)),
             None => Ok(()),
         }
+    }
+}
+
+/// The dashboard's address for a person at this machine: a wildcard listen address is
+/// reached through loopback.
+pub fn dashboard_url(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+        ip if ip.is_unspecified() => "[::1]".to_owned(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        ip => ip.to_string(),
+    };
+    format!("http://{host}:{}/app", addr.port())
+}
+
+/// Runs `fut` once the relational store is reachable and migrated (at once when it is), or
+/// not at all when the server stops first.
+fn once_ready(
+    db: &Db,
+    stop: &watch::Receiver<bool>,
+    fut: impl Future<Output = Result<(), String>> + Send + 'static,
+) -> impl Future<Output = Result<(), String>> + Send + 'static {
+    let (db, mut stop) = (db.clone(), stop.clone());
+    async move {
+        // The migrator flips one flag; a short poll of it costs nothing and needs no channel.
+        while !db.is_ready() {
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+            }
+        }
+        fut.await
     }
 }
 
@@ -318,8 +394,23 @@ async fn writer_watch(mut failure: watch::Receiver<Option<String>>) -> Result<()
 pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
     let email = normalize_email(&add.email).context("--email is not a valid e-mail address")?;
     check_name(&add.name).map_err(|p| anyhow::anyhow!("--name {p}"))?;
-    let config = add.config;
-    prepare_data_dir(&config)?;
+    let mut config = Config::defaults(&add.data_dir);
+    config.database_url = add.database_url;
+    crate::data_dir::create(&config.data_dir).with_context(|| {
+        format!(
+            "cannot create STREAMWATCH_DATA_DIR {}",
+            config.data_dir.display()
+        )
+    })?;
+    if config.database_url.is_none() {
+        crate::data_dir::create_databases(&config.data_dir, &[crate::data_dir::RELATIONAL_DB])
+            .with_context(|| {
+                format!(
+                    "cannot create the database in STREAMWATCH_DATA_DIR {}",
+                    config.data_dir.display()
+                )
+            })?;
+    }
     let secret = load_secret(&config)?;
     let db = Db::connect(config.database_url.as_ref(), &config.data_dir)
         .await
@@ -384,19 +475,19 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
     }
 }
 
-/// Creates the data dir (0700) and the embedded databases it will hold (0600) before SQLite
-/// opens them, so their WAL and shared-memory files are private too (decisions.md §14).
-fn prepare_data_dir(config: &Config) -> anyhow::Result<()> {
+/// Creates the embedded databases the data dir will hold (0600) before SQLite opens them, so
+/// their WAL and shared-memory files are private too (decisions.md §14).
+fn prepare_databases(config: &Config) -> anyhow::Result<()> {
     let mut databases = Vec::new();
     if config.database_url.is_none() {
-        databases.push("streamwatch.db");
+        databases.push(crate::data_dir::RELATIONAL_DB);
     }
     if config.clickhouse_url.is_none() {
-        databases.push("telemetry.db");
+        databases.push(crate::data_dir::TELEMETRY_DB);
     }
-    crate::datadir::prepare(&config.data_dir, &databases).with_context(|| {
+    crate::data_dir::create_databases(&config.data_dir, &databases).with_context(|| {
         format!(
-            "cannot create STREAMWATCH_DATA_DIR {}",
+            "cannot create the databases in STREAMWATCH_DATA_DIR {}",
             config.data_dir.display()
         )
     })

@@ -1,5 +1,6 @@
-//! Accounts (decisions.md §4): sign-up, sign-in, sign-out, get-session, the cookie, sliding
-//! expiry, failures with better-auth bodies, the Origin check and the rate limit.
+//! Accounts (decisions.md §4, §15): sign-up, sign-in, sign-out, get-session, the cookie,
+//! sliding expiry, failures with better-auth bodies, the Origin check and the rate limit; the
+//! owner and invitations, password changes and one-time passwords.
 
 mod common;
 
@@ -69,9 +70,10 @@ async fn sign_up_returns_token_user_and_cookie(app: TestApp) {
 
     let (s, b) = parts(app.get("/api/auth/get-session", Some(&cookie)).await).await;
     assert_eq!(s, StatusCode::OK);
+    // The first account owns the instance, whatever the sign-up mode.
     assert_eq!(
         b["user"],
-        json!({ "id": id, "email": "ada@example.com", "name": "Ada" })
+        json!({ "id": id, "email": "ada@example.com", "name": "Ada", "role": "owner", "mustChangePassword": false })
     );
     assert_eq!(b["session"]["userId"], json!(id));
     assert!(common::is_iso_ms(&b["session"]["expiresAt"]));
@@ -710,6 +712,15 @@ async fn sign_in_and_sign_up_are_rate_limited_per_ip() {
         .parse()
         .expect("seconds");
     assert!((1..=60).contains(&retry));
+    // The standard header too, with the same seconds (decisions.md §15).
+    assert_eq!(
+        r.headers()
+            .get("retry-after")
+            .expect("Retry-After")
+            .to_str()
+            .expect("ascii"),
+        retry.to_string()
+    );
     assert_eq!(
         parts(r).await,
         (
@@ -808,6 +819,716 @@ async fn closed_sign_up_and_users_add() {
         .await
         .expect("sign in");
     assert_eq!(r.status(), StatusCode::OK);
-    assert!(session_cookie_of(&r).is_some());
+    let cookie = session_cookie_of(&r).expect("cookie");
+    // The first account, made by an operator, owns the instance.
+    let get = |path: &str| {
+        let req = http
+            .get(p.url(path))
+            .header("cookie", format!("auth.session_token={cookie}"));
+        async move { req.send().await.expect("get") }
+    };
+    let (_, session) = parts(get("/api/auth/get-session").await).await;
+    assert_eq!(session["user"]["role"], "owner");
+    // The one-time password must be replaced first (decisions.md §15): the JSON API refuses
+    // the session and every page leads to the account page, which asks for a new password.
+    assert_eq!(session["user"]["mustChangePassword"], true);
+    assert_eq!(
+        parts(get("/api/v1/streams").await).await,
+        (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+    );
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    for page in ["/app", "/app/streams", "/app/team"] {
+        let r = no_redirects
+            .get(p.url(page))
+            .header("cookie", format!("auth.session_token={cookie}"))
+            .send()
+            .await
+            .expect("page");
+        assert_eq!(r.status(), StatusCode::FOUND, "{page}");
+        assert_eq!(r.headers()["location"], "/app/account", "{page}");
+    }
+    let account = get("/app/account").await;
+    assert_eq!(account.status(), StatusCode::OK);
+    assert!(account
+        .text()
+        .await
+        .expect("html")
+        .contains("Choose your own password to continue."));
+    let changed = http
+        .post(p.url("/api/auth/change-password"))
+        .header("cookie", format!("auth.session_token={cookie}"))
+        .json(&json!({ "currentPassword": password, "newPassword": PW }))
+        .send()
+        .await
+        .expect("change");
+    assert_eq!(changed.status(), StatusCode::OK);
+    let cookie = session_cookie_of(&changed).expect("new cookie");
+    let r = http
+        .get(p.url("/api/v1/streams"))
+        .header("cookie", format!("auth.session_token={cookie}"))
+        .send()
+        .await
+        .expect("streams");
+    assert_eq!(r.status(), StatusCode::OK);
+    // The one-time password is spent.
+    let r = http
+        .post(p.url("/api/auth/sign-in/email"))
+        .json(&json!({ "email": "grace@example.com", "password": password }))
+        .send()
+        .await
+        .expect("sign in");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     assert!(p.terminate().success());
+}
+
+/// `users add --help` lists its own flags, not every flag of `serve`.
+#[test]
+fn users_add_help_lists_only_its_flags() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"))
+        .args(["users", "add", "--help"])
+        .env_clear()
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).expect("utf-8");
+    for flag in ["--email", "--name", "--data-dir", "--database-url"] {
+        assert!(help.contains(flag), "{flag} missing from:\n{help}");
+    }
+    for serve_only in [
+        "--listen",
+        "--probe-interval",
+        "--clickhouse-url",
+        "--signup",
+        "--secret",
+    ] {
+        assert!(
+            !help.contains(serve_only),
+            "{serve_only} listed in:\n{help}"
+        );
+    }
+}
+
+// ---- Invitations (decisions.md §15) ----
+
+/// The service with the default sign-up mode (`invite`) and no prober.
+async fn invite_app(engine: Engine) -> TestApp {
+    common::spawn_quiet(engine, |c| {
+        c.signup = streamwatch::config::Config::defaults(&c.data_dir).signup;
+    })
+    .await
+}
+
+async fn count_users(app: &TestApp) -> i64 {
+    sqlx::query("SELECT CAST(COUNT(*) AS BIGINT) FROM users")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("count")
+        .get(0)
+}
+
+fn needs_invitation() -> (StatusCode, Value) {
+    (
+        StatusCode::BAD_REQUEST,
+        failure("SIGNUP_DISABLED", "Sign-up needs an invitation"),
+    )
+}
+
+async fn sign_up_with(
+    app: &TestApp,
+    email: &str,
+    token: Option<&str>,
+) -> (StatusCode, Value, Option<String>) {
+    let mut body = json!({ "name": "Invitee", "email": email, "password": PW });
+    if let Some(t) = token {
+        body["inviteToken"] = json!(t);
+    }
+    sign_up(app, body).await
+}
+
+/// Mints an invitation as `owner`; returns `(id, token)`.
+async fn invite(app: &TestApp, owner: &str) -> (String, String) {
+    let (s, b) = parts(
+        app.post("/api/v1/invitations", Some(owner), json!({}))
+            .await,
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let url = b["url"].as_str().expect("url");
+    let token = url
+        .strip_prefix(&format!("{}/signup?invite=", app.base))
+        .unwrap_or_else(|| panic!("{url} is not a sign-up link of {}", app.base))
+        .to_owned();
+    (b["id"].as_str().expect("id").to_owned(), token)
+}
+
+async fn role_of(app: &TestApp, cookie: &str) -> Value {
+    let (_, b) = parts(app.get("/api/auth/get-session", Some(cookie)).await).await;
+    b["user"]["role"].clone()
+}
+
+/// The default mode: the first account signs up freely and owns the instance; the next one
+/// needs an invitation, which works once.
+async fn first_account_owns_and_the_next_needs_an_invitation(app: TestApp) {
+    assert_eq!(
+        streamwatch::config::Config::defaults(".").signup,
+        streamwatch::config::Signup::Invite,
+        "invitations are the default"
+    );
+    let (s, _, owner) = sign_up_with(&app, "owner@example.com", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let owner = owner.expect("cookie");
+    assert_eq!(role_of(&app, &owner).await, "owner");
+
+    // Without a token: refused before anything else is judged, and nothing is stored.
+    for body in [
+        json!({ "name": "Eve", "email": "eve@example.com", "password": PW }),
+        json!({ "name": "Eve", "email": "eve@example.com", "password": PW, "inviteToken": null }),
+        json!({ "email": "not an email" }),
+    ] {
+        let (s, b, cookie) = sign_up(&app, body).await;
+        assert_eq!((s, b), needs_invitation());
+        assert!(cookie.is_none());
+    }
+    assert_eq!(count_users(&app).await, 1);
+
+    let before = app.state.accounts.has_users().await.expect("users");
+    assert!(before);
+    let minted = app
+        .post("/api/v1/invitations", Some(&owner), json!({}))
+        .await;
+    let (s, b) = parts(minted).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let keys: Vec<&str> = b
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["expiresAt", "id", "url"]);
+    assert!(common::is_iso_ms(&b["expiresAt"]));
+    let expires = chrono::DateTime::parse_from_rfc3339(b["expiresAt"].as_str().expect("str"))
+        .expect("time")
+        .timestamp_millis();
+    let week = 7 * 24 * 3600 * 1000;
+    let now = chrono::Utc::now().timestamp_millis();
+    assert!(
+        (now + week - 60_000..=now + week).contains(&expires),
+        "valid 7 days"
+    );
+    let url = b["url"].as_str().expect("url");
+    let token = url
+        .strip_prefix(&format!("{}/signup?invite=", app.base))
+        .expect("a sign-up link on this origin")
+        .to_owned();
+
+    // Hashed at rest: the link's secret is stored nowhere.
+    let (_, secret) = token.split_once('.').expect("<id>.<secret>");
+    let stored: String = sqlx::query("SELECT secret_hash FROM invitations")
+        .fetch_one(&app.state.db.pool)
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(stored, streamwatch::accounts::token::sha256_hex(secret));
+    assert!(!stored.contains(secret));
+
+    // A wrong secret, a malformed token or a non-string is no invitation.
+    let (id, _) = token.split_once('.').expect("id");
+    for bad in [
+        format!("{id}.wrong-secret"),
+        format!("{id}."),
+        "x".into(),
+        format!("nope.{secret}"),
+    ] {
+        let (s, b, _) = sign_up_with(&app, "eve@example.com", Some(&bad)).await;
+        assert_eq!((s, b), needs_invitation(), "{bad}");
+    }
+    let (s, b, _) = sign_up(
+        &app,
+        json!({ "name": "Eve", "email": "eve@example.com", "password": PW, "inviteToken": 7 }),
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            failure(
+                "VALIDATION_ERROR",
+                "[body.inviteToken] Invalid input: expected string, received number"
+            )
+        )
+    );
+
+    // A taken e-mail does not spend the token.
+    let (s, _, _) = sign_up_with(&app, "owner@example.com", Some(&token)).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    // A bad password does not either.
+    let (s, _, _) = sign_up(
+        &app,
+        json!({ "name": "M", "email": "member@example.com", "password": "short", "inviteToken": token }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+
+    let (s, b, member) = sign_up_with(&app, "Member@Example.com", Some(&token)).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    // The contract's answer, unchanged.
+    let keys: Vec<&str> = b["user"]
+        .as_object()
+        .expect("user")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["email", "id", "name"]);
+    let member = member.expect("cookie");
+    assert_eq!(role_of(&app, &member).await, "member");
+
+    // Spent: the same link again is refused.
+    let (s, b, _) = sign_up_with(&app, "third@example.com", Some(&token)).await;
+    assert_eq!((s, b), needs_invitation());
+    assert_eq!(count_users(&app).await, 2);
+
+    let (s, list) = parts(app.get("/api/v1/invitations", Some(&owner)).await).await;
+    assert_eq!(s, StatusCode::OK);
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["state"], "used");
+    assert_eq!(items[0]["usedBy"]["email"], "member@example.com");
+    assert!(common::is_iso_ms(&items[0]["usedAt"]));
+    assert_eq!(items[0]["revokedAt"], Value::Null);
+}
+
+/// Revoked and expired links are refused; revoking is idempotent and leaves a used link used.
+async fn revoked_and_expired_invitations_are_refused(app: TestApp) {
+    let owner = app.user("owner@example.com").await;
+    let (revoked_id, revoked) = invite(&app, &owner).await;
+    let r = app
+        .delete(&format!("/api/v1/invitations/{revoked_id}"), Some(&owner))
+        .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(r.text().await.expect("body"), "");
+    let again = app
+        .delete(&format!("/api/v1/invitations/{revoked_id}"), Some(&owner))
+        .await;
+    assert_eq!(again.status(), StatusCode::NO_CONTENT);
+    let (s, b, _) = sign_up_with(&app, "late@example.com", Some(&revoked)).await;
+    assert_eq!((s, b), needs_invitation());
+
+    let (expired_id, expired) = invite(&app, &owner).await;
+    sqlx::query("UPDATE invitations SET expires_at = $1 WHERE id = $2")
+        .bind(chrono::Utc::now().timestamp_millis() - 1)
+        .bind(&expired_id)
+        .execute(&app.state.db.pool)
+        .await
+        .expect("age");
+    let (s, b, _) = sign_up_with(&app, "late@example.com", Some(&expired)).await;
+    assert_eq!((s, b), needs_invitation());
+
+    let (used_id, used) = invite(&app, &owner).await;
+    assert_eq!(
+        sign_up_with(&app, "on-time@example.com", Some(&used))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let r = app
+        .delete(&format!("/api/v1/invitations/{used_id}"), Some(&owner))
+        .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+
+    let (_, list) = parts(app.get("/api/v1/invitations", Some(&owner)).await).await;
+    let states: Vec<(&str, &str)> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().expect("id"),
+                i["state"].as_str().expect("state"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (used_id.as_str(), "used"),
+            (expired_id.as_str(), "expired"),
+            (revoked_id.as_str(), "revoked")
+        ],
+        "newest first"
+    );
+    assert_eq!(count_users(&app).await, 2);
+
+    // Unknown ids are the JSON 404; no session is 401.
+    let (s, b) = parts(
+        app.delete("/api/v1/invitations/nosuchinvitation", Some(&owner))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (StatusCode::NOT_FOUND, json!({ "error": "Not Found" }))
+    );
+    let (s, b) = parts(app.post("/api/v1/invitations", None, json!({})).await).await;
+    assert_eq!(
+        (s, b),
+        (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+    );
+}
+
+/// Only the owner mints, lists and revokes: a member gets the 404 of what is not theirs.
+async fn a_member_cannot_manage_invitations(app: TestApp) {
+    let owner = app.user("owner@example.com").await;
+    let (id, token) = invite(&app, &owner).await;
+    let (_, _, member) = sign_up_with(&app, "member@example.com", Some(&token)).await;
+    let member = member.expect("cookie");
+    let (pending_id, _) = invite(&app, &owner).await;
+    let not_found = (StatusCode::NOT_FOUND, json!({ "error": "Not Found" }));
+    assert_eq!(
+        parts(
+            app.post("/api/v1/invitations", Some(&member), json!({}))
+                .await
+        )
+        .await,
+        not_found
+    );
+    assert_eq!(
+        parts(app.get("/api/v1/invitations", Some(&member)).await).await,
+        not_found
+    );
+    for target in [&id, &pending_id] {
+        assert_eq!(
+            parts(
+                app.delete(&format!("/api/v1/invitations/{target}"), Some(&member))
+                    .await
+            )
+            .await,
+            not_found
+        );
+    }
+    // The pending one still works: the member's revoke did nothing.
+    let (s, list) = parts(app.get("/api/v1/invitations", Some(&owner)).await).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list["items"][0]["state"], "pending");
+    // And the team page is the owner's too.
+    let page = app.get("/app/team", Some(&member)).await;
+    assert_eq!(page.status(), StatusCode::NOT_FOUND);
+    let page = app.get("/app/team", Some(&owner)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.expect("html");
+    assert!(
+        html.contains("member@example.com") && html.contains(">pending<"),
+        "{html}"
+    );
+}
+
+/// Two sign-ups racing with one token: exactly one account is made.
+async fn one_token_makes_one_account_under_a_race(app: TestApp) {
+    let owner = app.user("owner@example.com").await;
+    let (_, token) = invite(&app, &owner).await;
+    let attempts = (0..8).map(|i| {
+        let (http, url, token) = (app.http.clone(), app.url("/api/auth/sign-up/email"), token.clone());
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&json!({ "name": "R", "email": format!("racer{i}@example.com"), "password": PW, "inviteToken": token }))
+                .send()
+                .await
+                .expect("sign up")
+                .status()
+        })
+    });
+    let statuses: Vec<StatusCode> = futures_util::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|r| r.expect("task"))
+        .collect();
+    let won = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(won, 1, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::BAD_REQUEST),
+        "{statuses:?}"
+    );
+    assert_eq!(count_users(&app).await, 2);
+}
+
+/// Several first sign-ups at once on an empty instance: one owner, the rest need invitations.
+async fn racing_first_sign_ups_make_one_owner(app: TestApp) {
+    let attempts = (0..6).map(|i| {
+        let (http, url) = (app.http.clone(), app.url("/api/auth/sign-up/email"));
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&json!({ "name": "F", "email": format!("first{i}@example.com"), "password": PW }))
+                .send()
+                .await
+                .expect("sign up")
+                .status()
+        })
+    });
+    let statuses: Vec<StatusCode> = futures_util::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|r| r.expect("task"))
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        1,
+        "{statuses:?}"
+    );
+    let owners: i64 =
+        sqlx::query("SELECT CAST(COUNT(*) AS BIGINT) FROM users WHERE role = 'owner'")
+            .fetch_one(&app.state.db.pool)
+            .await
+            .expect("count")
+            .get(0);
+    assert_eq!((owners, count_users(&app).await), (1, 1));
+}
+
+mod invitations {
+    macro_rules! both {
+        ($($case:ident),* $(,)?) => {$(
+            mod $case {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::super::$case(super::super::invite_app(super::super::Engine::Sqlite).await).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::super::$case(super::super::invite_app(super::super::Engine::Postgres).await).await
+                }
+            }
+        )*};
+    }
+
+    both!(
+        first_account_owns_and_the_next_needs_an_invitation,
+        revoked_and_expired_invitations_are_refused,
+        a_member_cannot_manage_invitations,
+        one_token_makes_one_account_under_a_race,
+        racing_first_sign_ups_make_one_owner,
+    );
+}
+
+/// `STREAMWATCH_SIGNUP=open` is the contract's behaviour: anyone signs up, an `inviteToken`
+/// is ignored like any extra field; racing first sign-ups all succeed with one owner.
+async fn open_sign_up_is_unchanged(app: TestApp) {
+    assert_eq!(app.state.signup, streamwatch::config::Signup::Open);
+    let first = app.user("first@example.com").await;
+    for (email, token) in [
+        ("second@example.com", None),
+        ("third@example.com", Some("garbage")),
+    ] {
+        let (s, b, cookie) = sign_up_with(&app, email, token).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+        assert_eq!(role_of(&app, &cookie.expect("cookie")).await, "member");
+    }
+    assert_eq!(role_of(&app, &first).await, "owner");
+}
+
+/// A password change needs the current password, ends every session of the user (other
+/// devices too) and gives this device a new one; the old password stops working.
+async fn changing_the_password_ends_the_other_sessions(app: TestApp) {
+    let laptop = app.user("ada@example.com").await;
+    let (s, _) = parts(
+        app.post(
+            "/api/auth/sign-in/email",
+            None,
+            json!({ "email": "ada@example.com", "password": PW }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let phone = session_cookie_of(
+        &app.post(
+            "/api/auth/sign-in/email",
+            None,
+            json!({ "email": "ada@example.com", "password": PW }),
+        )
+        .await,
+    )
+    .expect("cookie");
+    let change = |cookie: Option<String>, body: Value| {
+        let app = &app;
+        async move {
+            app.post("/api/auth/change-password", cookie.as_deref(), body)
+                .await
+        }
+    };
+    let new_pw = "staple-battery-horse";
+    for (body, expected) in [
+        (
+            json!({ "currentPassword": "wrong-password", "newPassword": new_pw }),
+            failure("INVALID_PASSWORD", "Invalid password"),
+        ),
+        (
+            json!({ "currentPassword": PW, "newPassword": "short" }),
+            failure("PASSWORD_TOO_SHORT", "Password too short"),
+        ),
+        (
+            json!({ "currentPassword": PW, "newPassword": PW }),
+            failure(
+                "PASSWORD_UNCHANGED",
+                "The new password must differ from the current one",
+            ),
+        ),
+        (
+            json!({ "newPassword": new_pw }),
+            failure(
+                "VALIDATION_ERROR",
+                "[body.currentPassword] Invalid input: expected string, received undefined",
+            ),
+        ),
+    ] {
+        assert_eq!(
+            parts(change(Some(laptop.clone()), body).await).await,
+            (StatusCode::BAD_REQUEST, expected)
+        );
+    }
+    let (s, b) = parts(
+        change(
+            None,
+            json!({ "currentPassword": PW, "newPassword": new_pw }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (StatusCode::UNAUTHORIZED, json!({ "error": "Unauthorized" }))
+    );
+
+    let r = change(
+        Some(laptop.clone()),
+        json!({ "currentPassword": PW, "newPassword": new_pw }),
+    )
+    .await;
+    let fresh = session_cookie_of(&r).expect("a new session cookie");
+    let (s, b) = parts(r).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(b["user"]["email"], "ada@example.com");
+    assert!(fresh.starts_with(&format!("{}.", b["token"].as_str().expect("token"))));
+    for old in [&laptop, &phone] {
+        let (s, b) = parts(app.get("/api/auth/get-session", Some(old)).await).await;
+        assert_eq!((s, b), (StatusCode::OK, Value::Null), "old sessions end");
+    }
+    assert_eq!(
+        app.get("/api/v1/streams", Some(&fresh)).await.status(),
+        StatusCode::OK
+    );
+    let old_pw = app
+        .post(
+            "/api/auth/sign-in/email",
+            None,
+            json!({ "email": "ada@example.com", "password": PW }),
+        )
+        .await;
+    assert_eq!(old_pw.status(), StatusCode::UNAUTHORIZED);
+    let new = app
+        .post(
+            "/api/auth/sign-in/email",
+            None,
+            json!({ "email": "ada@example.com", "password": new_pw }),
+        )
+        .await;
+    assert_eq!(new.status(), StatusCode::OK);
+    // The account page is where a person does it.
+    let page = app.get("/app/account", Some(&fresh)).await;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page
+        .text()
+        .await
+        .expect("html")
+        .contains("action=\"/api/auth/change-password\""));
+}
+
+on_both_engines!(
+    open_sign_up_is_unchanged,
+    changing_the_password_ends_the_other_sessions
+);
+
+/// An install from before invitations (accounts, no owner) upgrades: its earliest account
+/// becomes the owner (docs/decisions.md). The migration files are applied as the runner does.
+async fn upgrade_makes_the_earliest_account_owner(engine: Engine) {
+    use sqlx::Executor;
+    let (folder, url, _dir) = match engine {
+        Engine::Sqlite => {
+            let dir = tempfile::tempdir().expect("dir");
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+            ("sqlite", url, Some(dir))
+        }
+        Engine::Postgres => ("postgres", common::fresh_pg_database().await, None),
+    };
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.expect("connect");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(folder);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("migrations")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let (before, after): (Vec<_>, Vec<_>) = files.into_iter().partition(|f| {
+        f.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n < "0006")
+    });
+    for f in &before {
+        pool.execute(sqlx::raw_sql(&std::fs::read_to_string(f).expect("sql")))
+            .await
+            .expect("old migration");
+    }
+    for (id, email, at) in [
+        ("u2", "second@example.com", 2_000),
+        ("u1", "first@example.com", 1_000),
+        ("u3", "third@example.com", 3_000),
+    ] {
+        sqlx::query("INSERT INTO users (id, email, name, password_hash, created_at) VALUES ($1, $2, 'x', 'x', $3)")
+            .bind(id)
+            .bind(email)
+            .bind(at as i64)
+            .execute(&pool)
+            .await
+            .expect("user");
+    }
+    for f in after
+        .iter()
+        .filter(|f| f.to_string_lossy().contains("0006"))
+    {
+        pool.execute(sqlx::raw_sql(&std::fs::read_to_string(f).expect("sql")))
+            .await
+            .expect("0006");
+    }
+    let roles: Vec<(String, String)> = sqlx::query_as("SELECT id, role FROM users ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .expect("roles");
+    assert_eq!(
+        roles,
+        [
+            ("u1".into(), "owner".into()),
+            ("u2".into(), "member".into()),
+            ("u3".into(), "member".into())
+        ]
+    );
+    // And a second owner cannot appear.
+    let second = sqlx::query("UPDATE users SET role = 'owner' WHERE id = 'u2'")
+        .execute(&pool)
+        .await;
+    assert!(second.is_err(), "two owners");
+}
+
+mod upgrade_makes_the_earliest_account_owner {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::upgrade_makes_the_earliest_account_owner(super::Engine::Sqlite).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        super::upgrade_makes_the_earliest_account_owner(super::Engine::Postgres).await
+    }
 }

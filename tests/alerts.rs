@@ -2168,3 +2168,73 @@ mod refused_targets {
         .await
     }
 }
+
+/// The README's webhook receiver answers 2xx (decisions.md §15): a test delivery to it is
+/// `sent` at once (the walkthrough's `python3 -m http.server` answered 501, so the delivery was
+/// retried for about 41 hours). And the walkthrough stops the first server before restarting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_webhook_receiver_answers_2xx() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    assert!(
+        readme.contains("Then stop the first server (Ctrl+C in its terminal"),
+        "the walkthrough restarts without stopping the first server"
+    );
+    assert!(readme.contains(r#""url":"http://127.0.0.1:8787/hook""#));
+    let script = readme
+        .split("python3 - <<'EOF'\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\nEOF\n").next())
+        .expect("the receiver's Python in the README");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut receiver = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script.replace("8787", &port.to_string()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3");
+    let mut listening = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listening, "the README's receiver did not listen");
+    let app = common::spawn_app(Engine::Sqlite).await;
+    let cookie = app.user("ops@example.com").await;
+    let ch = channel(
+        &app,
+        &cookie,
+        json!({ "name": "readme", "type": "webhook", "url": format!("http://127.0.0.1:{port}/hook") }),
+    )
+    .await;
+    let (s, _) = post(
+        &app,
+        &cookie,
+        &format!(
+            "/api/v1/alerts/channels/{}/test",
+            ch["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    let id = deliveries(&app, &cookie).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let d = delivery_until(&app, &cookie, &id, |d| d["status"] != "pending").await;
+    let _ = receiver.kill();
+    let _ = receiver.wait();
+    assert_eq!(d["status"], "sent", "{d}");
+}

@@ -238,3 +238,34 @@ async fn a_dying_background_task_stops_the_server_with_its_cause() {
     // And it no longer accepts connections.
     assert!(reqwest::get(format!("{base}/healthz")).await.is_err());
 }
+
+/// A second `streamwatch serve` on a data dir already in use refuses to start, with one line
+/// naming STREAMWATCH_DATA_DIR (decisions.md §15); once the first stops, the dir is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_one_data_dir_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut first = common::Process::start(dir.path(), &[]).await;
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""])
+        .env_clear()
+        .env("STREAMWATCH_DATA_DIR", dir.path())
+        .output()
+        .expect("run a second server");
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8(second.stderr).expect("utf-8");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "error: another streamwatch process is using STREAMWATCH_DATA_DIR {} (",
+            dir.path().display()
+        )) && lines[0].contains(&format!("by pid {}", first.child.id())),
+        "{stderr}"
+    );
+    // The first one never noticed.
+    let r = reqwest::get(first.url("/readyz")).await.expect("readyz");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(first.terminate().success());
+    let mut again = common::Process::start(dir.path(), &[]).await;
+    assert!(again.terminate().success());
+}

@@ -502,6 +502,16 @@ async fn json_logs_carry_request_lines_and_status_changes() {
     assert_eq!(line["span"]["method"], "GET");
     assert_eq!(line["fields"]["status"], 401);
     assert!(line["fields"]["latency_ms"].as_f64().is_some());
+    // Milliseconds to the microsecond, without float noise (`0.549`, not `0.5486329999999999`).
+    for raw in lines.iter().filter(|l| l.contains("\"latency_ms\":")) {
+        let number = raw
+            .split("\"latency_ms\":")
+            .nth(1)
+            .and_then(|rest| rest.split([',', '}']).next())
+            .expect("a number");
+        let decimals = number.split_once('.').map_or(0, |(_, d)| d.len());
+        assert!(decimals <= 3, "latency_ms {number} in {raw}");
+    }
     let changes: Vec<&serde_json::Value> = parsed
         .iter()
         .filter(|v| v["fields"]["message"] == "stream status changed")
@@ -515,4 +525,14 @@ async fn json_logs_carry_request_lines_and_status_changes() {
         .expect("a start-up line");
     assert_eq!(start["fields"]["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(start["fields"]["telemetry"], "sqlite");
+    // Where to point a browser.
+    let open = format!("open http://127.0.0.1:{port}/app in a browser for the dashboard");
+    assert_eq!(
+        parsed
+            .iter()
+            .filter(|v| v["fields"]["message"] == open.as_str())
+            .count(),
+        1,
+        "no line `{open}`"
+    );
 }

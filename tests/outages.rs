@@ -256,3 +256,148 @@ async fn postgres_down_at_start_then_up_without_a_restart() {
     let item = app.stream(&cookie, "http://127.0.0.1:9/live.m3u8").await;
     assert_eq!(item["status"], "watching");
 }
+
+/// A PostgreSQL database that does not exist yet is created by the service when its role may
+/// (decisions.md §15), and the service is ready without any step by the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_postgres_database_is_created() {
+    let name = common::test_db_name();
+    let mut url = url::Url::parse(&common::pg_admin_url()).expect("url");
+    url.set_path(&name);
+    let app = common::spawn_quiet(Engine::Sqlite, |c| {
+        c.database_url = Some(streamwatch::config::DatabaseUrl::Postgres(url.to_string()));
+    })
+    .await;
+    assert_eq!(app.state.db.engine, streamwatch::db::Engine::Postgres);
+    let owner = app.user("owner@example.com").await;
+    assert_eq!(
+        app.get("/api/v1/streams", Some(&owner)).await.status(),
+        StatusCode::OK
+    );
+}
+
+/// When the role may not create the database, `/readyz` names the cause and the log says how
+/// to create it: one line per backoff step from the migrator, and none from the tasks that
+/// wait for the store (they used to warn every second each); creating it makes the service
+/// ready without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_database_the_role_cannot_create_is_explained() {
+    use sqlx::Connection;
+    use std::io::{BufRead, BufReader};
+    use std::sync::Mutex;
+    let db_name = common::test_db_name();
+    let role = format!("{db_name}_role");
+    let mut admin = sqlx::PgConnection::connect(&common::pg_admin_url())
+        .await
+        .expect("admin");
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
+        .execute(&mut admin)
+        .await
+        .expect("role");
+    let mut url = url::Url::parse(&common::pg_admin_url()).expect("url");
+    url.set_path(&db_name);
+    url.set_username(&role).expect("user");
+    let dir = tempfile::tempdir().expect("dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_streamwatch"))
+        .args(["serve", "--metrics-listen", ""])
+        .env_clear()
+        .env("STREAMWATCH_LISTEN", format!("127.0.0.1:{port}"))
+        .env("STREAMWATCH_DATA_DIR", dir.path())
+        .env("DATABASE_URL", url.as_str())
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = Arc::clone(&lines);
+    let stderr = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().expect("lines").push(line);
+        }
+    });
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    // Three backoff steps after the start-up line (0.5 s, 1 s, 2 s).
+    let mut steps = 0;
+    for _ in 0..400 {
+        steps = lines
+            .lock()
+            .expect("lines")
+            .iter()
+            .filter(|l| l.contains("database not ready yet"))
+            .count();
+        if steps >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(steps >= 3, "{:?}", lines.lock().expect("lines"));
+    let r = http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    let (status, body) = parts(r).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let cause = body["checks"]["database"]
+        .as_str()
+        .expect("cause")
+        .to_owned();
+    assert!(
+        cause.starts_with(&format!(
+            "database \"{db_name}\" does not exist, and role \"{role}\" may not create it ("
+        )),
+        "{cause}"
+    );
+    {
+        let lines = lines.lock().expect("lines");
+        let how = format!("CREATE DATABASE \"{db_name}\" OWNER \"{role}\";");
+        let first = lines
+            .iter()
+            .find(|l| l.contains("database missing at start-up"))
+            .expect("a start-up line");
+        assert!(first.contains(&how), "{first}");
+        // Every line is the migrator's: one per step, none from the waiting tasks.
+        for l in lines.iter() {
+            assert!(
+                l.contains("streamwatch::db:") && l.contains(&how),
+                "a line not from the migrator: {l}\n{lines:?}"
+            );
+        }
+    }
+    // An administrator creates it: ready without a restart.
+    sqlx::query(&format!("CREATE DATABASE {db_name} OWNER {role}"))
+        .execute(&mut admin)
+        .await
+        .expect("create");
+    let mut ready = false;
+    for _ in 0..400 {
+        let r = http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        if r.status() == StatusCode::OK {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ready, "ready once the database exists");
+    sqlx::query(&format!("DROP DATABASE {db_name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await
+        .expect("drop");
+    sqlx::query(&format!("DROP ROLE {role}"))
+        .execute(&mut admin)
+        .await
+        .expect("drop role");
+}

@@ -1,8 +1,10 @@
 //! Accounts: users with argon2id password hashes, and sessions carried by a signed cookie
 //! (decisions.md §4). Sessions last 7 days and slide: a session used more than a day after
 //! its last refresh gets a new 7-day expiry, but never past 30 days after sign-in
-//! (decisions.md §14), however active it is.
+//! (decisions.md §14), however active it is. The instance's first account is its owner, who
+//! invites the others (decisions.md §15, [`invitations`]).
 
+pub mod invitations;
 pub mod password;
 pub mod token;
 
@@ -54,12 +56,61 @@ pub fn check_name(name: &str) -> Result<(), NameProblem> {
     }
 }
 
+/// Password length bounds, in characters (decisions.md §4).
+pub const PASSWORD_MIN: usize = 8;
+pub const PASSWORD_MAX: usize = 128;
+
+/// A user's place on the instance: the owner (the first account) invites the members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Owner,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Member => "member",
+        }
+    }
+
+    /// The stored value; anything but `owner` is a member (never more rights than written).
+    fn from_db(s: &str) -> Self {
+        if s == "owner" {
+            Role::Owner
+        } else {
+            Role::Member
+        }
+    }
+}
+
 /// The public face of a user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub id: String,
     pub email: String,
     pub name: String,
+    pub role: Role,
+    /// Signed in with a one-time password (`streamwatch users add`) not yet replaced: the
+    /// dashboard asks for a new one and the JSON API refuses the session until then.
+    pub must_change_password: bool,
+}
+
+/// A member of the team as the owner's team page lists it.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub user: User,
+    pub created_at: i64,
+}
+
+/// Who may create an account (`STREAMWATCH_SIGNUP`, decisions.md §15).
+#[derive(Clone, Copy, Debug)]
+pub enum Admission<'a> {
+    /// Anyone (`open`).
+    Open,
+    /// The first account, then only holders of an invitation token (`invite`).
+    Invitation(Option<&'a str>),
 }
 
 /// A live session row (the token itself is never stored).
@@ -96,6 +147,16 @@ pub enum AccountError {
     EmailTaken,
     #[error("invalid email or password")]
     InvalidCredentials,
+    /// Sign-up past the first account without a live invitation (missing, unknown, used,
+    /// revoked or expired: one answer for all, so a token's state leaks to nobody).
+    #[error("sign-up needs an invitation")]
+    InvitationRequired,
+    /// Password change: the current password is wrong.
+    #[error("invalid password")]
+    InvalidPassword,
+    /// Password change: the new password is the current one.
+    #[error("the new password is the current one")]
+    PasswordUnchanged,
     #[error(transparent)]
     Db(#[from] DbError),
     #[error("password hashing failed")]
@@ -148,13 +209,31 @@ impl Accounts {
             .map_err(|_| AccountError::Hashing)
     }
 
-    /// Creates the user and its first session. `email` must already be normalised.
+    /// Creates the user and its first session. `email` must already be normalised. The first
+    /// account of the instance becomes its owner; with [`Admission::Invitation`], later ones
+    /// need a live invitation, spent in the same transaction that creates the account.
     pub async fn sign_up(
         &self,
         name: &str,
         email: &str,
         password: &str,
+        admission: Admission<'_>,
     ) -> Result<Issued, AccountError> {
+        // Cheap refusals first: the argon2 hash is the expensive part.
+        let invitation = match admission {
+            Admission::Open => None,
+            Admission::Invitation(None) => {
+                if self.has_users().await? {
+                    return Err(AccountError::InvitationRequired);
+                }
+                None
+            }
+            Admission::Invitation(Some(token)) => Some(
+                invitations::live_id(&self.db, token)
+                    .await?
+                    .ok_or(AccountError::InvitationRequired)?,
+            ),
+        };
         if self.find_user_by_email(email).await?.is_some() {
             return Err(AccountError::EmailTaken);
         }
@@ -163,17 +242,15 @@ impl Accounts {
             .hashing(move || password::hash(&pw))
             .await?
             .map_err(|_| AccountError::Hashing)?;
-        let user = User {
-            id: new_id(),
-            email: email.to_owned(),
-            name: name.to_owned(),
-        };
-        self.insert_user(&user, &phc).await?;
+        let first_only = matches!(admission, Admission::Invitation(None));
+        let user = self
+            .create_user(name, email, &phc, first_only, invitation.as_deref(), false)
+            .await?;
         self.issue(user).await
     }
 
-    /// Creates a user with a generated password, for operators of deployments with sign-up
-    /// closed (`streamwatch users add`). Returns the user and the password, shown once.
+    /// Creates a user with a generated password, for operators (`streamwatch users add`).
+    /// Returns the user and the password, shown once: it must be changed at the first sign-in.
     pub async fn add_user(&self, name: &str, email: &str) -> Result<(User, String), AccountError> {
         if self.find_user_by_email(email).await?.is_some() {
             return Err(AccountError::EmailTaken);
@@ -185,39 +262,201 @@ impl Accounts {
             .hashing(move || password::hash(&pw))
             .await?
             .map_err(|_| AccountError::Hashing)?;
-        let user = User {
-            id: new_id(),
-            email: email.to_owned(),
-            name: name.to_owned(),
-        };
-        self.insert_user(&user, &phc).await?;
+        let user = self
+            .create_user(name, email, &phc, false, None, true)
+            .await?;
         Ok((user, password))
     }
 
-    async fn insert_user(&self, user: &User, phc: &str) -> Result<(), AccountError> {
-        let inserted = sqlx::query(
-            "INSERT INTO users (id, email, name, password_hash, created_at) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(&user.id)
-        .bind(&user.email)
-        .bind(&user.name)
-        .bind(phc)
-        .bind(now_ms())
-        .execute(&self.db.pool)
-        .await
-        .map_err(DbError);
-        match inserted {
-            Ok(_) => Ok(()),
-            // Two sign-ups racing for one e-mail: the loser gets the same answer as if it came second.
-            Err(e) if e.is_unique_violation() => Err(AccountError::EmailTaken),
-            Err(e) => Err(e.into()),
+    /// Inserts a user: the owner when no account exists yet, else a member. `first_only`
+    /// refuses it ([`AccountError::InvitationRequired`]) unless it is the first account;
+    /// `invitation` is spent in the same transaction (two sign-ups with one token: one wins).
+    async fn create_user(
+        &self,
+        name: &str,
+        email: &str,
+        phc: &str,
+        first_only: bool,
+        invitation: Option<&str>,
+        must_change_password: bool,
+    ) -> Result<User, AccountError> {
+        // Two attempts: a sign-up that lost the race to be the owner (the unique index on the
+        // owner role refused it) is a member the second time.
+        for attempt in 0..2 {
+            let id = new_id();
+            match self
+                .insert_user(
+                    &id,
+                    name,
+                    email,
+                    phc,
+                    first_only,
+                    invitation,
+                    must_change_password,
+                )
+                .await
+            {
+                Ok(role) => {
+                    return Ok(User {
+                        id,
+                        email: email.to_owned(),
+                        name: name.to_owned(),
+                        role,
+                        must_change_password,
+                    })
+                }
+                Err(InsertError::Db(e)) if e.is_unique_violation() => {
+                    if self.find_user_by_email(email).await?.is_some() {
+                        // Two sign-ups racing for one e-mail: the loser gets the same answer
+                        // as if it came second.
+                        return Err(AccountError::EmailTaken);
+                    }
+                    if first_only || attempt == 1 {
+                        // Another sign-up became the first account meanwhile.
+                        return Err(AccountError::InvitationRequired);
+                    }
+                }
+                Err(InsertError::Db(e)) => return Err(e.into()),
+                Err(InsertError::Refused) => return Err(AccountError::InvitationRequired),
+            }
         }
+        Err(AccountError::InvitationRequired)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn insert_user(
+        &self,
+        id: &str,
+        name: &str,
+        email: &str,
+        phc: &str,
+        first_only: bool,
+        invitation: Option<&str>,
+        must_change_password: bool,
+    ) -> Result<Role, InsertError> {
+        let now = now_ms();
+        let mut tx = self.db.pool.begin().await.map_err(db_err)?;
+        // The role is decided by the same statement that inserts: no window in which two
+        // sign-ups both see an empty instance and both stay owners (the unique index on the
+        // owner role refuses the second).
+        let only_first = if first_only {
+            " WHERE NOT EXISTS (SELECT 1 FROM users)"
+        } else {
+            ""
+        };
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO users (id, email, name, password_hash, created_at, role, must_change_password)              SELECT $1, $2, $3, $4, $5,                     CASE WHEN EXISTS (SELECT 1 FROM users) THEN 'member' ELSE 'owner' END, $6{only_first}"
+        ))
+        .bind(id)
+        .bind(email)
+        .bind(name)
+        .bind(phc)
+        .bind(now)
+        .bind(i64::from(must_change_password))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err)?;
+        if inserted.rows_affected() == 0 {
+            return Err(InsertError::Refused);
+        }
+        if let Some(invitation) = invitation {
+            // Spent only if still live; a concurrent sign-up with the same token waits on the
+            // row and then finds it used.
+            if !invitations::spend(&mut tx, invitation, id, now)
+                .await
+                .map_err(db_err)?
+            {
+                return Err(InsertError::Refused);
+            }
+        }
+        let (role,): (String,) = sqlx::query_as("SELECT role FROM users WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_err)?;
+        tx.commit().await.map_err(db_err)?;
+        Ok(Role::from_db(&role))
+    }
+
+    /// True once any account exists.
+    pub async fn has_users(&self) -> Result<bool, AccountError> {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM users LIMIT 1")
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// Every account, oldest first (the owner's team page), at most [`TEAM_LIST_MAX`].
+    pub async fn members(&self) -> Result<Vec<Member>, AccountError> {
+        let rows: Vec<MemberRow> = sqlx::query_as(
+            "SELECT id, email, name, role, must_change_password, created_at FROM users \
+             ORDER BY created_at, id LIMIT $1",
+        )
+        .bind(TEAM_LIST_MAX)
+        .fetch_all(&self.db.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Member {
+                user: User {
+                    id: r.id,
+                    email: r.email,
+                    name: r.name,
+                    role: Role::from_db(&r.role),
+                    must_change_password: r.must_change_password != 0,
+                },
+                created_at: r.created_at,
+            })
+            .collect())
+    }
+
+    /// Replaces the signed-in user's password after checking the current one, ends every
+    /// session of the user (other devices included) and issues a fresh one for this device.
+    pub async fn change_password(
+        &self,
+        user: &User,
+        current: &str,
+        new: &str,
+    ) -> Result<Issued, AccountError> {
+        let (phc,): (String,) = sqlx::query_as("SELECT password_hash FROM users WHERE id = $1")
+            .bind(&user.id)
+            .fetch_one(&self.db.pool)
+            .await?;
+        let pw = current.to_owned();
+        if !self.hashing(move || password::verify(&pw, &phc)).await? {
+            return Err(AccountError::InvalidPassword);
+        }
+        if current == new {
+            return Err(AccountError::PasswordUnchanged);
+        }
+        let pw = new.to_owned();
+        let phc = self
+            .hashing(move || password::hash(&pw))
+            .await?
+            .map_err(|_| AccountError::Hashing)?;
+        let mut tx = self.db.pool.begin().await?;
+        sqlx::query("UPDATE users SET password_hash = $1, must_change_password = 0 WHERE id = $2")
+            .bind(&phc)
+            .bind(&user.id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(&user.id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let user = User {
+            must_change_password: false,
+            ..user.clone()
+        };
+        self.issue(user).await
     }
 
     /// Checks the password and issues a fresh session (a new token at every sign-in).
     pub async fn sign_in(&self, email: &str, password: &str) -> Result<Issued, AccountError> {
-        let found: Option<UserRow> =
-            sqlx::query_as("SELECT id, email, name, password_hash FROM users WHERE email = $1")
+        let found: Option<UserRow> = sqlx::query_as(
+            "SELECT id, email, name, role, must_change_password, password_hash FROM users WHERE email = $1",
+        )
                 .bind(email)
                 .fetch_optional(&self.db.pool)
                 .await?;
@@ -227,6 +466,8 @@ impl Accounts {
                     id: r.id,
                     email: r.email,
                     name: r.name,
+                    role: Role::from_db(&r.role),
+                    must_change_password: r.must_change_password != 0,
                 }),
                 r.password_hash,
             ),
@@ -282,7 +523,7 @@ impl Accounts {
         };
         let row: Option<SessionUserRow> = sqlx::query_as(
             "SELECT s.id AS sid, s.user_id, s.created_at, s.updated_at, s.expires_at, \
-                    u.email, u.name \
+                    u.email, u.name, u.role, u.must_change_password \
              FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = $1",
         )
         .bind(sha256_hex(token))
@@ -294,6 +535,8 @@ impl Accounts {
             id: row.user_id.clone(),
             email: row.email,
             name: row.name,
+            role: Role::from_db(&row.role),
+            must_change_password: row.must_change_password != 0,
         };
         let mut session = Session {
             id: row.sid,
@@ -340,13 +583,12 @@ impl Accounts {
         Ok(())
     }
 
-    async fn find_user_by_email(&self, email: &str) -> Result<Option<User>, AccountError> {
-        let row: Option<(String, String, String)> =
-            sqlx::query_as("SELECT id, email, name FROM users WHERE email = $1")
-                .bind(email)
-                .fetch_optional(&self.db.pool)
-                .await?;
-        Ok(row.map(|(id, email, name)| User { id, email, name }))
+    async fn find_user_by_email(&self, email: &str) -> Result<Option<String>, AccountError> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT id FROM users WHERE email = $1")
+            .bind(email)
+            .fetch_optional(&self.db.pool)
+            .await?;
+        Ok(row.map(|(id,)| id))
     }
 
     /// Test and maintenance hook: moves a session's clock back by `ms` (expiry and refresh).
@@ -364,13 +606,40 @@ impl Accounts {
     }
 }
 
+/// Most accounts the team page lists.
+pub const TEAM_LIST_MAX: i64 = 500;
+
+/// Why inserting a user did not happen.
+enum InsertError {
+    /// Not the first account (`first_only`), or the invitation was no longer live.
+    Refused,
+    Db(DbError),
+}
+
+fn db_err(e: sqlx::Error) -> InsertError {
+    InsertError::Db(DbError(e))
+}
+
 /// A user row with its password hash (sign-in).
 #[derive(sqlx::FromRow)]
 struct UserRow {
     id: String,
     email: String,
     name: String,
+    role: String,
+    must_change_password: i64,
     password_hash: String,
+}
+
+/// A user as the team page lists it.
+#[derive(sqlx::FromRow)]
+struct MemberRow {
+    id: String,
+    email: String,
+    name: String,
+    role: String,
+    must_change_password: i64,
+    created_at: i64,
 }
 
 /// A session joined with its user (cookie authentication).
@@ -383,6 +652,8 @@ struct SessionUserRow {
     expires_at: i64,
     email: String,
     name: String,
+    role: String,
+    must_change_password: i64,
 }
 
 /// Lower-cased, trimmed e-mail if it is plausibly deliverable: one `@`, a non-empty local

@@ -45,7 +45,38 @@ fn span(req: &Request<Body>) -> Span {
 fn line(resp: &Response<Body>, latency: Duration, _span: &Span) {
     tracing::info!(
         status = resp.status().as_u16(),
-        latency_ms = latency.as_secs_f64() * 1000.0,
+        latency_ms = latency_ms(latency),
         "request"
     );
+}
+
+/// Milliseconds to the microsecond (`0.549`, not `0.5486329999999999`): f64 prints its
+/// shortest round-trip form, which for a whole number of microseconds has at most 3 decimals.
+fn latency_ms(latency: Duration) -> f64 {
+    // u64 microseconds cover 584,000 years; f64 holds them exactly below 2^53.
+    let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+    micros as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_has_at_most_three_decimals() {
+        for (nanos, shown) in [
+            (548_633, "0.548"),
+            (2_000_000, "2"),
+            (1_234_567_890, "1234.567"),
+            (0, "0"),
+            (999, "0"),
+            (1_000, "0.001"),
+        ] {
+            assert_eq!(
+                latency_ms(Duration::from_nanos(nanos)).to_string(),
+                shown,
+                "{nanos} ns"
+            );
+        }
+    }
 }

@@ -1,5 +1,5 @@
-//! `/api/auth/*`: sign-up, sign-in, sign-out and get-session, with better-auth's routes,
-//! cookie and failure bodies (decisions.md §4).
+//! `/api/auth/*`: sign-up, sign-in, sign-out, get-session and change-password, with
+//! better-auth's routes, cookie and failure bodies (decisions.md §4, §15).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,13 +15,13 @@ use utoipa::ToSchema;
 use super::error::{ApiError, AuthErrorBody, ErrorBody};
 use super::extract::{clear_cookie, foreign_origin, session_cookie, set_cookie, SmallBody};
 use super::AppState;
-use crate::accounts::{check_name, normalize_email, Issued, NameProblem, Session, User, NAME_MAX};
+use crate::accounts::{
+    check_name, normalize_email, Admission, Issued, NameProblem, Session, User, NAME_MAX,
+    PASSWORD_MAX, PASSWORD_MIN,
+};
 use crate::config::Signup;
 use crate::time::Timestamp;
 use crate::validation::type_name;
-
-const PASSWORD_MIN: usize = 8;
-const PASSWORD_MAX: usize = 128;
 
 /// `POST /api/auth/sign-up/email`.
 #[derive(ToSchema)]
@@ -35,6 +35,22 @@ pub struct SignUpBody {
     /// 8–128 characters.
     #[schema(min_length = 8, max_length = 128, example = "correct-horse-battery")]
     password: String,
+    /// The token of an invitation link (`/signup?invite=<token>`): needed once the instance
+    /// has an account, when `STREAMWATCH_SIGNUP=invite` (the default); spent by the sign-up.
+    #[schema(rename = "inviteToken", example = "clx2p8a0b0000abcd1234efgh.Zm9vYmFy")]
+    invite_token: Option<String>,
+}
+
+/// `POST /api/auth/change-password`.
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)] // documents the body; parsed with better-auth's messages
+pub struct ChangePasswordBody {
+    #[schema(example = "the-current-password")]
+    current_password: String,
+    /// 8–128 characters, not the current password.
+    #[schema(min_length = 8, max_length = 128, example = "staple-battery-horse")]
+    new_password: String,
 }
 
 /// `POST /api/auth/sign-in/email`.
@@ -114,10 +130,56 @@ pub struct SignOutAnswer {
     pub success: bool,
 }
 
+/// The signed-in user as get-session shows it: the user record and its place on the instance.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUserBody {
+    pub email: String,
+    pub id: String,
+    /// True after a sign-in with a one-time password (`streamwatch users add`): the other
+    /// cookie routes answer 401 until `POST /api/auth/change-password` replaced it.
+    pub must_change_password: bool,
+    pub name: String,
+    /// `owner` (the instance's first account: mints invitations) or `member`.
+    #[schema(example = "owner")]
+    pub role: RoleName,
+}
+
+/// A user's role.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleName {
+    Owner,
+    Member,
+}
+
+impl From<&User> for SessionUserBody {
+    fn from(u: &User) -> Self {
+        Self {
+            email: u.email.clone(),
+            id: u.id.clone(),
+            must_change_password: u.must_change_password,
+            name: u.name.clone(),
+            role: match u.role {
+                crate::accounts::Role::Owner => RoleName::Owner,
+                crate::accounts::Role::Member => RoleName::Member,
+            },
+        }
+    }
+}
+
 /// The answer of get-session when signed in (else `null`).
 #[derive(Serialize, ToSchema)]
 pub struct SessionAnswer {
     pub session: SessionBody,
+    pub user: SessionUserBody,
+}
+
+/// The answer of change-password: the new session's token (also set as the cookie; every
+/// other session of the user ended) and the user.
+#[derive(Serialize, ToSchema)]
+pub struct ChangePasswordAnswer {
+    pub token: String,
     pub user: UserBody,
 }
 
@@ -145,6 +207,42 @@ fn string_field<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a str
             other.map_or("undefined", type_name)
         ))),
     }
+}
+
+/// An optional string field: absent or `null` is `None`, any other non-string is refused.
+fn optional_string_field<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(validation(format!(
+            "[body.{field}] Invalid input: expected string, received {}",
+            type_name(other)
+        ))),
+    }
+}
+
+/// A new password of 8–128 characters, with better-auth's codes.
+fn new_password_field<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
+    let password = string_field(body, field)?;
+    let len = password.chars().count();
+    if len < PASSWORD_MIN {
+        return Err(ApiError::auth(
+            StatusCode::BAD_REQUEST,
+            "PASSWORD_TOO_SHORT",
+            "Password too short",
+        ));
+    }
+    if len > PASSWORD_MAX {
+        return Err(ApiError::auth(
+            StatusCode::BAD_REQUEST,
+            "PASSWORD_TOO_LONG",
+            "Password too long",
+        ));
+    }
+    Ok(password)
 }
 
 fn email_field(body: &Map<String, Value>) -> Result<String, ApiError> {
@@ -194,6 +292,7 @@ fn outcome(r: &Result<Response, ApiError>) -> &'static str {
             "INVALID_EMAIL_OR_PASSWORD" => "invalid_credentials",
             "USER_ALREADY_EXISTS_USE_ANOTHER_EMAIL" => "email_taken",
             "INVALID_ORIGIN" => "invalid_origin",
+            "INVALID_PASSWORD" => "invalid_credentials",
             "SIGNUP_DISABLED" => "disabled",
             _ => "invalid_input",
         },
@@ -226,7 +325,7 @@ fn issued_response(state: &AppState, issued: Issued, body: impl Serialize) -> Re
     request_body = SignUpBody,
     responses(
         (status = 200, description = "Signed up; `Set-Cookie: auth.session_token=…`", body = SignUpAnswer),
-        (status = 400, description = "Invalid body, foreign Origin, or sign-up disabled", body = AuthErrorBody),
+        (status = 400, description = "Invalid body, foreign Origin, sign-up disabled (`closed`), or no live invitation (`invite`, once an account exists: `SIGNUP_DISABLED`, \"Sign-up needs an invitation\")", body = AuthErrorBody),
         (status = 422, description = "The e-mail is taken", body = AuthErrorBody),
         (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
         (status = 500, description = "Unexpected failure", body = ErrorBody),
@@ -258,25 +357,25 @@ async fn try_sign_up(
     }
     rate_limit(&state, peer)?;
     let body = parse_body(&body)?;
+    let admission = match state.signup {
+        // `open` is the contract's behaviour: an extra field is ignored, as before.
+        Signup::Open | Signup::Closed => Admission::Open,
+        Signup::Invite => {
+            let token = optional_string_field(&body, "inviteToken")?;
+            // Without a token past the first account, say so before judging the rest.
+            if token.is_none() && state.accounts.has_users().await? {
+                return Err(crate::accounts::AccountError::InvitationRequired.into());
+            }
+            Admission::Invitation(token)
+        }
+    };
     let name = name_field(&body)?;
     let email = email_field(&body)?;
-    let password = string_field(&body, "password")?;
-    let len = password.chars().count();
-    if len < PASSWORD_MIN {
-        return Err(ApiError::auth(
-            StatusCode::BAD_REQUEST,
-            "PASSWORD_TOO_SHORT",
-            "Password too short",
-        ));
-    }
-    if len > PASSWORD_MAX {
-        return Err(ApiError::auth(
-            StatusCode::BAD_REQUEST,
-            "PASSWORD_TOO_LONG",
-            "Password too long",
-        ));
-    }
-    let issued = state.accounts.sign_up(name, &email, password).await?;
+    let password = new_password_field(&body, "password")?;
+    let issued = state
+        .accounts
+        .sign_up(name, &email, password, admission)
+        .await?;
     let body = SignUpAnswer {
         token: issued.token.clone(),
         user: UserBody::from(&issued.user),
@@ -367,7 +466,7 @@ pub async fn get_session(
     };
     let mut r = Json(Some(SessionAnswer {
         session: SessionBody::from(&auth.session),
-        user: UserBody::from(&auth.user),
+        user: SessionUserBody::from(&auth.user),
     }))
     .into_response();
     if let Some(value) = &auth.refreshed_cookie {
@@ -377,4 +476,61 @@ pub async fn get_session(
         );
     }
     Ok(r)
+}
+
+/// Change the signed-in user's password (better-auth's route, with other sessions always
+/// revoked): every session of the user ends and this device gets a fresh one.
+#[utoipa::path(post, path = "/api/auth/change-password", operation_id = "changePassword", tag = "accounts",
+    request_body = ChangePasswordBody,
+    responses(
+        (status = 200, description = "Changed; `Set-Cookie: auth.session_token=…` (a new session; all others ended)", body = ChangePasswordAnswer),
+        (status = 400, description = "Invalid body, wrong current password (`INVALID_PASSWORD`), or the new password is the current one (`PASSWORD_UNCHANGED`)", body = AuthErrorBody),
+        (status = 401, description = "No valid session", body = ErrorBody),
+        (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
+        (status = 500, description = "Unexpected failure", body = ErrorBody),
+    ),
+    security(("session" = [])))]
+pub async fn change_password(
+    state: State<Arc<AppState>>,
+    peer: ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: SmallBody,
+) -> Result<Response, ApiError> {
+    let r = try_change_password(state, peer, headers, body).await;
+    metrics::counter!("streamwatch_auth_password_changes_total", "outcome" => outcome(&r))
+        .increment(1);
+    r
+}
+
+async fn try_change_password(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    SmallBody(body): SmallBody,
+) -> Result<Response, ApiError> {
+    // The session gate of the other cookie routes, which this route sits outside of (they
+    // refuse a session whose one-time password is not replaced yet; this one must not).
+    if foreign_origin(&axum::http::Method::POST, &headers) {
+        return Err(ApiError::Unauthorized);
+    }
+    let cookie = session_cookie(&headers).ok_or(ApiError::Unauthorized)?;
+    let auth = state
+        .accounts
+        .authenticate(cookie)
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    // Guessing the current password from a stolen session is as limited as sign-in.
+    rate_limit(&state, peer)?;
+    let body = parse_body(&body)?;
+    let current = string_field(&body, "currentPassword")?;
+    let new = new_password_field(&body, "newPassword")?;
+    let issued = state
+        .accounts
+        .change_password(&auth.user, current, new)
+        .await?;
+    let body = ChangePasswordAnswer {
+        token: issued.token.clone(),
+        user: UserBody::from(&issued.user),
+    };
+    Ok(issued_response(&state, issued, body))
 }

@@ -7,6 +7,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::accounts::invitations::InvitationError;
 use crate::accounts::AccountError;
 use crate::db::DbError;
 use crate::keys::KeyError;
@@ -105,8 +106,12 @@ impl IntoResponse for ApiError {
                     }),
                 )
                     .into_response();
+                // better-auth's header, and the standard one (RFC 9110 §10.2.3) that clients
+                // and proxies know.
                 r.headers_mut()
                     .insert("x-retry-after", HeaderValue::from(secs));
+                r.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
                 r
             }
             ApiError::Internal(cause) => {
@@ -155,7 +160,38 @@ impl From<AccountError> for ApiError {
                 "INVALID_EMAIL_OR_PASSWORD",
                 "Invalid email or password",
             ),
+            AccountError::InvitationRequired => ApiError::auth(
+                StatusCode::BAD_REQUEST,
+                "SIGNUP_DISABLED",
+                "Sign-up needs an invitation",
+            ),
+            AccountError::InvalidPassword => ApiError::auth(
+                StatusCode::BAD_REQUEST,
+                "INVALID_PASSWORD",
+                "Invalid password",
+            ),
+            AccountError::PasswordUnchanged => ApiError::auth(
+                StatusCode::BAD_REQUEST,
+                "PASSWORD_UNCHANGED",
+                "The new password must differ from the current one",
+            ),
             other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<InvitationError> for ApiError {
+    fn from(e: InvitationError) -> Self {
+        match e {
+            InvitationError::NotFound => ApiError::NotFound,
+            InvitationError::LimitReached => ApiError::field(
+                "invitation",
+                format!(
+                    "Pending invitation limit reached ({}); revoke one first",
+                    crate::accounts::invitations::PENDING_MAX
+                ),
+            ),
+            InvitationError::Db(e) => e.into(),
         }
     }
 }

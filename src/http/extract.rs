@@ -186,7 +186,9 @@ pub fn clear_cookie(secure: bool) -> HeaderValue {
 pub struct SessionUser(pub Arc<Authenticated>);
 
 /// Middleware of the cookie-gated routes: 401 `Unauthorized` unless the cookie names a live
-/// session; re-sends the cookie when the session's expiry slid forward.
+/// session whose password is the user's own (a one-time password from `streamwatch users add`
+/// only opens `POST /api/auth/change-password`); re-sends the cookie when the session's
+/// expiry slid forward.
 pub async fn require_session(
     State(state): State<Arc<AppState>>,
     mut req: Request,
@@ -204,6 +206,7 @@ pub async fn require_session(
         .accounts
         .authenticate(&cookie)
         .await?
+        .filter(|auth| !auth.user.must_change_password)
         .ok_or(ApiError::Unauthorized)?;
     let refreshed = auth.refreshed_cookie.clone();
     let expires_at = auth.session.expires_at;

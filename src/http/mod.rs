@@ -10,6 +10,7 @@ pub mod bounds;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod invitations;
 pub mod keys;
 pub mod openapi;
 pub mod pages;
@@ -45,6 +46,8 @@ pub struct AppState {
     /// Alert rules, channels, incidents and deliveries.
     pub alerts: crate::alerts::Alerts,
     pub accounts: Accounts,
+    /// The owner's one-time sign-up links.
+    pub invitations: crate::accounts::invitations::Invitations,
     pub streams: Streams,
     pub keys: Keys,
     pub key_cache: KeyCache,
@@ -111,6 +114,14 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/api/v1/alerts/deliveries/{id}/resend",
             post(alerts::resend),
         )
+        .route(
+            "/api/v1/invitations",
+            post(invitations::create).get(invitations::list),
+        )
+        .route(
+            "/api/v1/invitations/{id}",
+            axum::routing::delete(invitations::revoke),
+        )
         .route("/api/v1/keys", post(keys::create).get(keys::list))
         .route("/api/v1/keys/{id}", axum::routing::delete(keys::revoke))
         .route("/api/v1/telemetry/sessions", get(telemetry::sessions))
@@ -129,6 +140,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/auth/sign-in/email", post(auth::sign_in))
         .route("/api/auth/sign-out", post(auth::sign_out))
         .route("/api/auth/get-session", get(auth::get_session))
+        .route("/api/auth/change-password", post(auth::change_password))
         // OPTIONS is routed explicitly so the CORS layer sees preflights; it answers them itself.
         .route(
             "/api/v1/telemetry",

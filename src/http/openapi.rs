@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{agents, alerts, auth, health, keys, qoe, streams, telemetry, waitlist};
+use super::{agents, alerts, auth, health, invitations, keys, qoe, streams, telemetry, waitlist};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,7 +18,8 @@ use super::{agents, alerts, auth, health, keys, qoe, streams, telemetry, waitlis
         license(name = "MIT"),
     ),
     paths(
-        auth::sign_up, auth::sign_in, auth::sign_out, auth::get_session,
+        auth::sign_up, auth::sign_in, auth::sign_out, auth::get_session, auth::change_password,
+        invitations::create, invitations::list, invitations::revoke,
         streams::create, streams::list, streams::get, streams::update, streams::delete,
         agents::feed,
         keys::create, keys::list, keys::revoke,
@@ -33,7 +34,7 @@ use super::{agents, alerts, auth, health, keys, qoe, streams, telemetry, waitlis
     ),
     modifiers(&Security),
     tags(
-        (name = "accounts", description = "Sign-up, sign-in and the session cookie (better-auth's routes)"),
+        (name = "accounts", description = "Sign-up, sign-in and the session cookie (better-auth's routes); the owner's invitations"),
         (name = "streams", description = "Monitored streams and their health snapshot"),
         (name = "agents", description = "The agent feed: probes explained"),
         (name = "keys", description = "API keys for the player SDK"),

@@ -63,9 +63,11 @@ pub struct TestApp {
     server: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// A config for tests: port 0, rate limit off, loopback origins admitted by the guard.
+/// A config for tests: port 0, rate limit off, loopback origins admitted by the guard, open
+/// sign-up (most tests make several accounts; tests of invitations set `Signup::Invite`).
 pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
     let mut c = Config::defaults(dir);
+    c.signup = streamwatch::config::Signup::Open;
     c.listen = "127.0.0.1:0".parse().expect("addr");
     c.metrics_listen =
         streamwatch::config::OptionalAddr(Some("127.0.0.1:0".parse().expect("addr")));
@@ -312,8 +314,9 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts `streamwatch serve` on a free loopback port with `data_dir` and extra env, and
-    /// waits until it is ready (`/readyz`: both stores answer).
+    /// Starts `streamwatch serve` on a free loopback port with `data_dir` and extra env (open
+    /// sign-up unless `env` says otherwise), and waits until it is ready (`/readyz`: both
+    /// stores answer).
     pub async fn start(data_dir: &std::path::Path, env: &[(&str, &str)]) -> Process {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("free port")
@@ -328,6 +331,7 @@ impl Process {
             .env("STREAMWATCH_LISTEN", format!("127.0.0.1:{port}"))
             .env("STREAMWATCH_DATA_DIR", data_dir)
             .env("STREAMWATCH_AUTH_RATE_LIMIT", "off")
+            .env("STREAMWATCH_SIGNUP", "open")
             .env("STREAMWATCH_ALLOW_PRIVATE", "127.0.0.0/8")
             .env("STREAMWATCH_ALERTS_ALLOW_PRIVATE", "127.0.0.0/8")
             .env("STREAMWATCH_METRICS_LISTEN", "127.0.0.1:0")

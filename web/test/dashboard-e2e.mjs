@@ -11,7 +11,7 @@
 //! Env: STREAMWATCH_BIN (default ../target/debug/streamwatch from web/), CHROMIUM_BIN
 //! (/usr/bin/chromium), FFMPEG_BIN (/usr/bin/ffmpeg), E2E_KEEP=1 (keep temp files).
 
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -105,13 +105,13 @@ function startReceiver() {
   );
 }
 
-async function startStreamwatch(dataDir) {
+async function startStreamwatch(dataDir, { rateLimit = 'off' } = {}) {
   assert(existsSync(BIN), `no streamwatch binary at ${BIN} (cargo build, or set STREAMWATCH_BIN)`);
   const port = await freePort();
   // Loopback origins may be registered (the test's media server); views refresh every second.
   const args = [
     'serve', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '', '--data-dir', dataDir,
-    '--auth-rate-limit', 'off', '--allow-private', '127.0.0.0/8', '--alerts-allow-private', '127.0.0.0/8', '--qoe-refresh', '1s',
+    '--auth-rate-limit', rateLimit, '--allow-private', '127.0.0.0/8', '--alerts-allow-private', '127.0.0.0/8', '--qoe-refresh', '1s',
   ];
   const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, NO_COLOR: '1' } });
   const out = [];
@@ -146,7 +146,8 @@ async function main() {
   const statics = await serveStatic({ '/media': media });
   cleanups.push(statics.close);
   const src = `${statics.url}/media/master.m3u8`;
-  const base = await check('streamwatch is ready', () => startStreamwatch(join(tmp, 'data')));
+  const dataDir = join(tmp, 'data');
+  const base = await check('streamwatch is ready', () => startStreamwatch(dataDir));
 
   const browser = await chromium.launch({ executablePath: env.CHROMIUM_BIN || '/usr/bin/chromium', headless: true, args: CHROMIUM_ARGS });
   cleanups.push(() => browser.close());
@@ -211,6 +212,162 @@ async function main() {
     await page.waitForURL(`${base}/app`);
     await page.getByRole('heading', { name: 'Overview' }).waitFor();
     noProblems('sign-up');
+  });
+
+  // Sign-up is by invitation after the first account (the default STREAMWATCH_SIGNUP=invite).
+  const newPage = async (opts = {}) => {
+    const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, timezoneId: 'Asia/Kolkata', locale: 'en-US', ...opts });
+    cleanups.push(() => ctx.close());
+    const p = await ctx.newPage();
+    watch(p);
+    return p;
+  };
+  const invitee = `invitee-${Date.now()}@example.com`;
+  let pendingInvite;
+  let inviteePage;
+  await check('team: the first account owns the server; its invitation link signs up one colleague, then is spent', async () => {
+    const stranger = await newPage();
+    await stranger.goto(`${base}/signup`);
+    await stranger.getByText('Sign-up on this server is by invitation: ask its owner for a link.').waitFor();
+    assert(await stranger.getByRole('button', { name: 'Create account' }).count() === 0, 'a sign-up form without an invitation');
+    await stranger.goto(`${base}/login`);
+    assert(await stranger.getByRole('link', { name: 'Create one' }).count() === 0, 'the login page offers sign-up');
+
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Team' }).click();
+    await page.waitForURL(`${base}/app/team`);
+    await page.getByRole('button', { name: 'Create invitation link' }).click();
+    const link = await page.locator('.reveal #invitation-url').innerText();
+    assert(link.startsWith(`${base}/signup?invite=`), `link ${link}`);
+    noProblems('mint invitation');
+
+    inviteePage = await newPage();
+    await inviteePage.goto(link);
+    await inviteePage.getByText('You were invited to this streamwatch server.').waitFor();
+    await inviteePage.getByLabel('Name').fill('Colleague');
+    await inviteePage.getByLabel('E-mail').fill(invitee);
+    await inviteePage.getByLabel('Password').fill('correct-horse-battery');
+    await inviteePage.getByRole('button', { name: 'Create account' }).click();
+    await inviteePage.waitForURL(`${base}/app`);
+    const nav = inviteePage.getByRole('navigation', { name: 'Main' });
+    assert(await nav.getByRole('link', { name: 'Team' }).count() === 0, 'a member sees the Team page');
+    provoked.add(404);
+    const r = await inviteePage.goto(`${base}/app/team`);
+    provoked.delete(404);
+    assert(r.status() === 404, `member on /app/team: ${r.status()}`);
+
+    const again = await newPage();
+    await again.goto(link);
+    await again.getByText('This invitation link was used already').waitFor();
+
+    await page.goto(`${base}/app/team`);
+    const row = page.locator('tr', { hasText: invitee });
+    assert((await row.locator('.badge').innerText()) === 'used', 'the used invitation is not marked used');
+    // A pending one for the screenshots of the invited sign-up page, then revoke another.
+    const mint = async (previous) => {
+      await page.getByRole('button', { name: 'Create invitation link' }).click();
+      // The new reveal replaces the previous one.
+      await page.waitForFunction((prev) => (document.querySelector('.reveal #invitation-url')?.textContent ?? prev) !== prev, previous);
+      return page.locator('.reveal #invitation-url').innerText();
+    };
+    pendingInvite = await mint(link);
+    const revoked = await mint(pendingInvite);
+    await page.goto(`${base}/app/team`);
+    const deleted = page.waitForResponse((r) => r.request().method() === 'DELETE' && r.url().includes('/api/v1/invitations/'));
+    await page.getByRole('button', { name: /^Revoke/ }).first().click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+    assert((await deleted).status() === 204, 'DELETE /api/v1/invitations/{id} did not answer 204');
+    await again.goto(revoked);
+    await again.getByText('This invitation link was revoked.').waitFor();
+    await page.goto(`${base}/app`);
+    noProblems('team');
+  });
+
+  await check('account: a member changes the password from the page; the other device is signed out', async () => {
+    const otherDevice = await newPage();
+    await otherDevice.goto(`${base}/login`);
+    await otherDevice.getByLabel('E-mail').fill(invitee);
+    await otherDevice.getByLabel('Password').fill('correct-horse-battery');
+    await otherDevice.getByRole('button', { name: 'Sign in' }).click();
+    await otherDevice.waitForURL(`${base}/app`);
+
+    await inviteePage.goto(`${base}/app`);
+    await inviteePage.getByRole('link', { name: invitee }).click();
+    await inviteePage.waitForURL(`${base}/app/account`);
+    await inviteePage.getByLabel('Current password').fill('not-my-password');
+    await inviteePage.getByLabel('New password').fill('staple-battery-horse');
+    provoked.add(400);
+    await inviteePage.getByRole('button', { name: 'Change password' }).click();
+    await inviteePage.getByText('Invalid password').waitFor();
+    provoked.delete(400);
+    await inviteePage.getByLabel('Current password').fill('correct-horse-battery');
+    await inviteePage.getByLabel('New password').fill('staple-battery-horse');
+    await inviteePage.getByRole('button', { name: 'Change password' }).click();
+    await inviteePage.getByText('Password changed. Your other devices are signed out.').first().waitFor();
+    await inviteePage.goto(`${base}/app/streams`);
+    assert(new URL(inviteePage.url()).pathname === '/app/streams', 'this device stays signed in');
+    await otherDevice.goto(`${base}/app/streams`);
+    assert(new URL(otherDevice.url()).pathname === '/login', `the other device is on ${otherDevice.url()}`);
+    noProblems('account');
+  });
+
+  await check('users add: the one-time password signs in once, and the dashboard asks for a new one first', async () => {
+    const out = execFileSync(BIN, ['users', 'add', '--email', 'ops2@example.com', '--name', 'Ops Two', '--data-dir', dataDir], {
+      env: { PATH: env.PATH },
+      encoding: 'utf8',
+    });
+    const once = /one-time password \(shown once, not stored\): (\S+)/.exec(out)?.[1];
+    assert(once, `users add printed ${out}`);
+    const p = await newPage();
+    await p.goto(`${base}/login?next=%2Fapp%2Fstreams`);
+    await p.getByLabel('E-mail').fill('ops2@example.com');
+    await p.getByLabel('Password').fill(once);
+    await p.getByRole('button', { name: 'Sign in' }).click();
+    await p.waitForURL(`${base}/app/account`);
+    await p.getByText('Choose your own password to continue.').waitFor();
+    for (const scheme of ['light', 'dark']) {
+      for (const width of [1280, 375]) {
+        await p.setViewportSize({ width, height: 900 });
+        await p.emulateMedia({ colorScheme: scheme });
+        await p.screenshot({ path: join(SHOTS, `account-one-time-password-${scheme}${width === 375 ? '-375' : ''}.png`), fullPage: true });
+      }
+    }
+    await p.setViewportSize({ width: 1280, height: 900 });
+    await p.getByLabel('One-time password').fill(once);
+    await p.getByLabel('New password').fill('my-own-password-42');
+    await p.getByRole('button', { name: 'Change password' }).click();
+    await p.waitForURL(`${base}/app`);
+    await p.getByRole('heading', { name: 'Overview' }).waitFor();
+    noProblems('one-time password');
+  });
+
+  await check('login: a rate-limited sign-in says how long to wait', async () => {
+    const limited = await startStreamwatch(join(tmp, 'data-limited'), { rateLimit: '2/60s' });
+    const p = await newPage();
+    await p.goto(`${limited}/login`);
+    provoked.add(401);
+    provoked.add(429);
+    for (const expected of [401, 401, 429]) {
+      await p.getByLabel('E-mail').fill('nobody@example.com');
+      await p.getByLabel('Password').fill('wrong-password');
+      const answered = p.waitForResponse((r) => r.url().endsWith('/api/auth/sign-in/email'));
+      await p.getByRole('button', { name: 'Sign in' }).click();
+      const r = await answered;
+      assert(r.status() === expected, `sign-in answered ${r.status()}, not ${expected}`);
+      if (expected === 429) assert(/^\d+$/.test(r.headers()['retry-after'] ?? ''), `Retry-After: ${r.headers()['retry-after']}`);
+    }
+    await p.getByText(/^Too many attempts/).waitFor();
+    const message = await p.locator('[data-form-error]').innerText();
+    assert(/^Too many attempts from this network\. Try again in (\d+ seconds?|1 minute)\.$/.test(message.trim()), `message: ${message}`);
+    provoked.delete(401);
+    provoked.delete(429);
+    for (const scheme of ['light', 'dark']) {
+      for (const width of [1280, 375]) {
+        await p.setViewportSize({ width, height: 900 });
+        await p.emulateMedia({ colorScheme: scheme });
+        await p.screenshot({ path: join(SHOTS, `login-429-${scheme}${width === 375 ? '-375' : ''}.png`), fullPage: true });
+      }
+    }
+    noProblems('login 429');
   });
 
   const tileValue = (label) =>
@@ -333,14 +490,14 @@ async function main() {
     noProblems('alerts');
   });
 
-  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/alerts', '/app/streams/nosuchstream'];
+  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/alerts', '/app/team', '/app/account', '/app/streams/nosuchstream'];
   await check('every page: axe finds no serious or critical violation (light and dark), no overflow at 375 px; screenshots saved', async () => {
     const failures = [];
     for (const scheme of ['light', 'dark']) {
       for (const width of [1280, 375]) {
         await page.setViewportSize({ width, height: 900 });
         await page.emulateMedia({ colorScheme: scheme });
-        for (const p of [...pages, 'signed-out:/login', 'signed-out:/signup']) {
+        for (const p of [...pages, 'signed-out:/login', 'signed-out:/signup', `signed-out:${new URL(pendingInvite).pathname}${new URL(pendingInvite).search}`]) {
           let target = page;
           let url = p;
           if (p.startsWith('signed-out:')) {
@@ -353,7 +510,7 @@ async function main() {
           await target.goto(base + url);
           provoked.delete(404);
           await target.waitForFunction(() => Array.from(document.querySelectorAll('figure[data-chart]')).every((f) => f.dataset.chartState && f.dataset.chartState !== 'loading'));
-          const name = `${(url.replace(/^\/app\/?/, '').replace(/^\//, '') || 'overview').replace(/[^a-z0-9]+/gi, '-')}-${scheme}${width === 375 ? '-375' : ''}.png`;
+          const name = `${(url.replace(/\?invite=.*/, '-invite').replace(/^\/app\/?/, '').replace(/^\//, '') || 'overview').replace(/[^a-z0-9]+/gi, '-')}-${scheme}${width === 375 ? '-375' : ''}.png`;
           await target.screenshot({ path: join(SHOTS, name), fullPage: true });
           if (width === 375) {
             const overflow = await target.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);

@@ -1,15 +1,17 @@
 //! `/login` and `/signup`: forms the dashboard module sends to the account routes
 //! (`/api/auth/sign-in/email`, `/api/auth/sign-up/email`); on success the browser goes to
-//! `next` when it is a path of this site, else to `/app`.
+//! `next` when it is a path of this site, else to `/app`. `/signup?invite=<token>` carries an
+//! invitation's token into the sign-up (decisions.md §15) and says when the link is spent.
 
 use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
 
 use super::{fmt, redirect, render};
+use crate::accounts::invitations::InvitationState;
 use crate::config::Signup;
 use crate::http::extract::session_cookie;
 use crate::http::query::QueryPairs;
@@ -66,8 +68,24 @@ struct LoginPage {
 #[template(path = "signup.html")]
 struct SignupPage {
     next: String,
-    signup_open: bool,
+    /// The form is shown (else `refusal` says why not).
+    form: bool,
+    /// The invitation's token, sent with the form.
+    invite_token: Option<String>,
+    /// No account exists yet: this one will own the instance.
+    first_account: bool,
+    /// Why there is no form: sign-up closed, by invitation only, or a spent link.
+    refusal: &'static str,
     login_href: String,
+}
+
+/// Whether the sign-up page may offer a link to itself: anyone may sign up, or nobody has yet.
+async fn signup_offered(state: &AppState) -> bool {
+    match state.signup {
+        Signup::Open => true,
+        Signup::Closed => false,
+        Signup::Invite => !state.accounts.has_users().await.unwrap_or(true),
+    }
 }
 
 /// Someone already signed in goes straight on.
@@ -90,12 +108,12 @@ pub async fn login(
     }
     render(&LoginPage {
         next: safe_next(next),
-        signup_open: state.signup == Signup::Open,
+        signup_open: signup_offered(&state).await,
         signup_href: with_next("/signup", next),
     })
 }
 
-/// `GET /signup`.
+/// `GET /signup` and `GET /signup?invite=<token>`.
 pub async fn signup(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -105,11 +123,62 @@ pub async fn signup(
     if signed_in(&state, &headers).await {
         return redirect(&safe_next(next));
     }
-    render(&SignupPage {
+    let invite = q.last("invite").filter(|t| !t.is_empty());
+    let mut page = SignupPage {
         next: safe_next(next),
-        signup_open: state.signup == Signup::Open,
+        form: false,
+        invite_token: None,
+        first_account: false,
+        refusal: "",
         login_href: login_href(next),
-    })
+    };
+    match state.signup {
+        Signup::Open => page.form = true,
+        Signup::Closed => {
+            page.refusal = "Sign-up is closed on this server: ask its operator for an account.";
+        }
+        Signup::Invite => match state.accounts.has_users().await {
+            Err(e) => return super::PageError::internal(e).into_response(),
+            Ok(false) => {
+                page.form = true;
+                page.first_account = true;
+            }
+            Ok(true) => match invite {
+                None => {
+                    page.refusal =
+                        "Sign-up on this server is by invitation: ask its owner for a link.";
+                }
+                Some(token) => match state.invitations.state_of(token).await {
+                    Err(e) => return super::PageError::internal(e).into_response(),
+                    Ok(Some(InvitationState::Pending)) => {
+                        page.form = true;
+                        page.invite_token = Some(token.to_owned());
+                    }
+                    Ok(Some(InvitationState::Used)) => {
+                        page.refusal = "This invitation link was used already: each link creates one account. Ask the owner of this server for a new one, or sign in.";
+                    }
+                    Ok(Some(InvitationState::Expired)) => {
+                        page.refusal = "This invitation link has expired (links work for 7 days). Ask the owner of this server for a new one.";
+                    }
+                    Ok(Some(InvitationState::Revoked)) => {
+                        page.refusal = "This invitation link was revoked. Ask the owner of this server for a new one.";
+                    }
+                    Ok(None) => {
+                        page.refusal = "This invitation link is not valid: check that it was copied whole, or ask the owner of this server for a new one.";
+                    }
+                },
+            },
+        },
+    }
+    let mut r = render(&page);
+    if invite.is_some() {
+        // The token is in this page's URL: no Referer carries it anywhere.
+        r.headers_mut().insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+    }
+    r
 }
 
 #[cfg(test)]

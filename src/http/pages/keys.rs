@@ -35,7 +35,7 @@ struct KeysPage {
 /// This server's origin as the browser reached it: the `Host` header, with the scheme a
 /// TLS-terminating proxy names in `X-Forwarded-Proto` (http otherwise). Only printed into
 /// the snippet the user copies; never used to fetch anything.
-fn origin(headers: &HeaderMap) -> String {
+pub fn origin(headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())

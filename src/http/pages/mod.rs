@@ -7,6 +7,7 @@
 //! answers into view models of ready-to-print strings ([`fmt`]), so templates hold no logic
 //! beyond loops and conditions.
 
+pub mod account;
 pub mod agents;
 pub mod alerts;
 pub mod auth;
@@ -15,6 +16,7 @@ pub mod keys;
 pub mod overview;
 pub mod qoe;
 pub mod streams;
+pub mod team;
 pub mod views;
 
 use std::sync::Arc;
@@ -42,6 +44,8 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/app/views/{id}", get(views::detail))
         .route("/app/keys", get(keys::page))
         .route("/app/alerts", get(alerts::page))
+        .route("/app/team", get(team::page))
+        .route("/app/account", get(account::page))
         .route("/app/{*rest}", get(not_found))
         .route_layer(middleware::from_fn_with_state(state, require_page_session));
     Router::new()
@@ -67,9 +71,13 @@ pub enum Section {
     Views,
     Keys,
     Alerts,
+    /// The owner's: members and invitations (not in a member's navigation).
+    Team,
+    /// Reached from the signed-in e-mail in the header.
+    Account,
 }
 
-const NAV: [(Section, &str, &str); 7] = [
+const NAV: [(Section, &str, &str); 8] = [
     (Section::Overview, "/app", "Overview"),
     (Section::Streams, "/app/streams", "Streams"),
     (Section::Agents, "/app/agents", "Agent feed"),
@@ -77,12 +85,15 @@ const NAV: [(Section, &str, &str); 7] = [
     (Section::Views, "/app/views", "Views"),
     (Section::Keys, "/app/keys", "API keys"),
     (Section::Alerts, "/app/alerts", "Alerts"),
+    (Section::Team, "/app/team", "Team"),
 ];
 
 /// What every `/app` page's frame shows: who is signed in and where they are.
 pub struct Frame {
     pub email: String,
     pub section: Section,
+    /// The instance's owner sees the Team section.
+    pub owner: bool,
 }
 
 impl Frame {
@@ -90,11 +101,18 @@ impl Frame {
         Frame {
             email: user.0.user.email.clone(),
             section,
+            owner: user.0.user.role == crate::accounts::Role::Owner,
         }
+    }
+
+    /// True on the account page (its link in the header is then the current page).
+    pub fn on_account(&self) -> bool {
+        self.section == Section::Account
     }
 
     pub fn links(&self) -> Vec<NavLink> {
         NAV.iter()
+            .filter(|&&(s, _, _)| s != Section::Team || self.owner)
             .map(|&(s, href, label)| NavLink {
                 href,
                 label,
@@ -215,6 +233,10 @@ pub async fn require_page_session(
             .unwrap_or("/app");
         return redirect(&auth::login_href(Some(here)));
     };
+    // A one-time password (`streamwatch users add`) is replaced before anything else.
+    if auth.user.must_change_password && req.uri().path() != account::PATH {
+        return redirect(account::PATH);
+    }
     let refreshed = auth.refreshed_cookie.clone();
     let expires_at = auth.session.expires_at;
     req.extensions_mut().insert(SessionUser(Arc::new(auth)));

@@ -20,8 +20,29 @@ const BY_STATUS: Record<number, string> = {
   500: 'The server failed to do this. Try again in a moment.',
 };
 
-export function describeFailure(status: number, body: unknown): Failure {
+/** `Retry-After` in seconds (RFC 9110: a delay in seconds, or an HTTP date), or null. */
+export function retryAfterSeconds(header: string | null, now = Date.now()): number | null {
+  if (!header) return null;
+  const value = header.trim();
+  if (/^\d+$/.test(value)) return Number(value);
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - now) / 1000));
+}
+
+/** "42 seconds", "1 minute", "3 minutes": how long to wait, rounded up to what a person reads. */
+export function waitText(seconds: number): string {
+  if (seconds < 60) return seconds === 1 ? '1 second' : `${Math.max(0, seconds)} seconds`;
+  const minutes = Math.ceil(seconds / 60);
+  return minutes === 1 ? '1 minute' : `${minutes} minutes`;
+}
+
+export function describeFailure(status: number, body: unknown, retryAfter: number | null = null): Failure {
   const b = (body && typeof body === 'object' ? body : {}) as Record<string, unknown>;
+  // A rate limit (sign-in, sign-up) says how long to wait, not only "later".
+  if (status === 429) {
+    const wait = retryAfter === null ? 'a moment' : waitText(retryAfter);
+    return { fields: {}, message: `Too many attempts from this network. Try again in ${wait}.` };
+  }
   if (b.errors && typeof b.errors === 'object') {
     const fields: Record<string, string> = {};
     for (const [k, v] of Object.entries(b.errors as Record<string, unknown>)) fields[k] = String(v);

@@ -1,6 +1,6 @@
 //! One JSON request to the API with the session cookie, answered as success or `Failure`.
 
-import { describeFailure, NETWORK_FAILURE } from './api-errors';
+import { describeFailure, NETWORK_FAILURE, retryAfterSeconds } from './api-errors';
 import type { Failure } from './api-errors';
 
 export type Result = { ok: true; status: number; body: unknown } | { ok: false; failure: Failure };
@@ -24,5 +24,7 @@ export async function sendJson(method: string, url: string, body?: unknown): Pro
   } catch {
     // A proxy's HTML error page: the status alone is described.
   }
-  return res.ok ? { ok: true, status: res.status, body: parsed } : { ok: false, failure: describeFailure(res.status, parsed) };
+  return res.ok
+    ? { ok: true, status: res.status, body: parsed }
+    : { ok: false, failure: describeFailure(res.status, parsed, retryAfterSeconds(res.headers.get('retry-after'))) };
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { describeFailure, splitFailure } from '../../../src/app/forms/api-errors';
+import { describeFailure, retryAfterSeconds, splitFailure, waitText } from '../../../src/app/forms/api-errors';
 
 describe('describeFailure', () => {
   it('keeps the field messages of a 400', () => {
@@ -22,6 +22,23 @@ describe('describeFailure', () => {
     expect(describeFailure(401, { code: 'INVALID_EMAIL_OR_PASSWORD', message: 'Invalid email or password' }).message).toBe(
       'Invalid email or password',
     );
+  });
+
+  it('says how long to wait after a 429 (Retry-After)', () => {
+    const body = { code: 'TOO_MANY_REQUESTS', message: 'Too many requests. Please try again later.' };
+    expect(describeFailure(429, body, 42).message).toBe('Too many attempts from this network. Try again in 42 seconds.');
+    expect(describeFailure(429, body, 1).message).toBe('Too many attempts from this network. Try again in 1 second.');
+    expect(describeFailure(429, body, 61).message).toBe('Too many attempts from this network. Try again in 2 minutes.');
+    expect(describeFailure(429, body).message).toBe('Too many attempts from this network. Try again in a moment.');
+  });
+
+  it('reads Retry-After as seconds or as an HTTP date', () => {
+    expect(retryAfterSeconds('17')).toBe(17);
+    expect(retryAfterSeconds(null)).toBeNull();
+    expect(retryAfterSeconds('soon')).toBeNull();
+    const now = Date.parse('2026-11-27T10:00:00Z');
+    expect(retryAfterSeconds('Fri, 27 Nov 2026 10:01:30 GMT', now)).toBe(90);
+    expect(waitText(60)).toBe('1 minute');
   });
 
   it('falls back to the status when the body is not the contract (a proxy page)', () => {

@@ -170,7 +170,11 @@ impl Server {
         );
         tasks.service(
             "alert delivery retention",
-            ok(crate::alerts::retention::run(alerts.clone(), stop.clone())),
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::retention::run(alerts.clone(), stop.clone())),
+            ),
         );
         tasks.service(
             "alert evaluator",

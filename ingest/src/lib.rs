@@ -27,6 +27,7 @@
 pub mod record_dims;
 pub mod row;
 pub mod sink;
+pub mod spool;
 pub mod time;
 pub mod ua;
 pub mod validate;

@@ -510,6 +510,113 @@ async fn a_refused_target_is_refused_at_save_and_at_send_with_no_connection(app:
     app.shutdown().await;
 }
 
+/// A test and a resend answer 202 with the delivery as queued (`pending`, no attempt yet),
+/// however fast the woken sender is: the answer never races the attempt (issue 28: the status
+/// used to read `pending`, `sent` or `failed` by timing). Repeated, against the quickest
+/// outcomes there are: a refusal by the guard (no connection at all) and a receiver on
+/// loopback that answers at once.
+async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
+    let ctx = setup(&app).await;
+    let refused = Receiver::start_on("127.0.0.2").await;
+    let ok = Receiver::start().await;
+    let moved = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "moved", "type": "webhook", "url": ok.url }),
+    )
+    .await;
+    sqlx::query("UPDATE alert_channels SET url = $1 WHERE id = $2")
+        .bind(&refused.url)
+        .bind(moved["id"].as_str().unwrap())
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    let fine = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "fine", "type": "webhook", "url": ok.url }),
+    )
+    .await;
+    let queued = |d: &Value| {
+        (
+            d["event"].clone(),
+            d["status"].clone(),
+            d["attempts"].clone(),
+            d["lastError"].clone(),
+            d["sentAt"].clone(),
+        )
+    };
+    let mut last = Value::Null;
+    for round in 0..50 {
+        for ch in [&moved, &fine] {
+            let (s, d) = post(
+                &app,
+                &ctx.cookie,
+                &format!(
+                    "/api/v1/alerts/channels/{}/test",
+                    ch["id"].as_str().unwrap()
+                ),
+                json!({}),
+            )
+            .await;
+            assert_eq!(s, StatusCode::ACCEPTED, "{d}");
+            assert_eq!(
+                queued(&d),
+                (
+                    json!("test"),
+                    json!("pending"),
+                    json!(0),
+                    Value::Null,
+                    Value::Null
+                ),
+                "round {round}: {d}"
+            );
+            last = d;
+        }
+    }
+    // Each one was then attempted: the refused ones failed, the others were sent.
+    let (_, log) = get(&app, &ctx.cookie, "/api/v1/alerts/deliveries?limit=100").await;
+    for d in log["items"].as_array().unwrap() {
+        let want = if d["channelId"] == moved["id"] {
+            "failed"
+        } else {
+            "sent"
+        };
+        let d = delivery_until(&app, &ctx.cookie, d["id"].as_str().unwrap(), |d| {
+            d["status"] != "pending"
+        })
+        .await;
+        assert_eq!(d["status"], want, "{d}");
+    }
+    for round in 0..20 {
+        let (s, d) = post(
+            &app,
+            &ctx.cookie,
+            &format!(
+                "/api/v1/alerts/deliveries/{}/resend",
+                last["id"].as_str().unwrap()
+            ),
+            json!({}),
+        )
+        .await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{d}");
+        assert_eq!(
+            queued(&d),
+            (
+                json!("test"),
+                json!("pending"),
+                json!(0),
+                Value::Null,
+                Value::Null
+            ),
+            "resend {round}: {d}"
+        );
+    }
+    assert_eq!(ok.wait_for(70, LIMIT).await.len(), 70);
+    assert_eq!(refused.connections(), 0);
+    app.shutdown().await;
+}
+
 async fn an_outage_of_many_streams_is_one_delivery(app: TestApp) {
     let ctx = setup(&app).await;
     let mut streams = vec![ctx.stream_id.clone()];
@@ -2153,6 +2260,20 @@ on_both_engines!(
 
 mod refused_targets {
     use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answered_as_queued_sqlite() {
+        a_test_and_a_resend_answer_the_delivery_as_queued(
+            spawn_with_allow(Engine::Sqlite, "127.0.0.1/32").await,
+        )
+        .await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answered_as_queued_postgres() {
+        a_test_and_a_resend_answer_the_delivery_as_queued(
+            spawn_with_allow(Engine::Postgres, "127.0.0.1/32").await,
+        )
+        .await
+    }
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite() {
         a_refused_target_is_refused_at_save_and_at_send_with_no_connection(

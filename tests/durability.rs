@@ -63,7 +63,16 @@ async fn acknowledged_batches_survive_sigkill(extra_env: Vec<(&'static str, Stri
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed mid-load once some batches were acknowledged (counted, not timed: a busy machine
+    // acknowledges fewer per second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while acked.lock().expect("lock").len() < 50 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no batches acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     first.kill();
     for t in load {
         t.await.expect("load task");

@@ -312,6 +312,242 @@ async fn every_page_renders_html_with_the_csp(app: TestApp) {
     app.shutdown().await;
 }
 
+/// Records one probe of `stream` as the prober would.
+#[allow(clippy::too_many_arguments)]
+async fn probe(
+    probes: &Probes,
+    stream: &str,
+    at: i64,
+    status: ProbeStatus,
+    class: AnomalyClass,
+    http: Option<u16>,
+    latency_ms: i64,
+    detail: &str,
+    playable: bool,
+    last_action: &str,
+) {
+    probes
+        .record(&NewProbe {
+            stream_id: stream.to_owned(),
+            status,
+            anomaly_class: class,
+            latency_ms,
+            http_status: http,
+            detail: detail.into(),
+            created_at: at,
+            playable,
+            last_action: last_action.into(),
+            next_probe_at: at + 30_000,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+async fn new_stream(app: &TestApp, cookie: &str, url: &str, name: &str) -> String {
+    let r = app
+        .post(
+            "/api/v1/streams",
+            Some(cookie),
+            json!({ "sourceUrl": url, "name": name }),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let b: serde_json::Value = r.json().await.unwrap();
+    b["id"].as_str().unwrap().to_owned()
+}
+
+/// decisions.md §15: the overview counts a stream whose latest probe was not playable as down
+/// whatever its status string (a 404 manifest is `degraded` by the contract's mapping), lists
+/// it first under "needs attention", and its Down tile leads to exactly those streams; a
+/// stream not probed yet is neither healthy nor green.
+async fn the_overview_counts_not_playable_streams_as_down(app: TestApp) {
+    let cookie = app.user("overview@example.com").await;
+    let gone = new_stream(
+        &app,
+        &cookie,
+        "http://127.0.0.1:9/gone.m3u8",
+        "Gone manifest",
+    )
+    .await;
+    let fine = new_stream(&app, &cookie, "http://127.0.0.1:9/fine.m3u8", "Fine").await;
+    let slow = new_stream(&app, &cookie, "http://127.0.0.1:9/slow.m3u8", "Slow").await;
+    let fresh = new_stream(&app, &cookie, "http://127.0.0.1:9/new.m3u8", "Brand new").await;
+    let probes = Probes::new(app.state.db.clone());
+    let now = now_ms();
+    for i in 0..3 {
+        probe(
+            &probes,
+            &gone,
+            now - 3000 + i,
+            ProbeStatus::Degraded,
+            AnomalyClass::ClientError,
+            Some(404),
+            12,
+            "HTTP 404",
+            false,
+            "opened incident: client error",
+        )
+        .await;
+    }
+    probe(
+        &probes,
+        &fine,
+        now - 2000,
+        ProbeStatus::Healthy,
+        AnomalyClass::NoAnomaly,
+        Some(200),
+        40,
+        "probe ok",
+        true,
+        "probe ok in 40 ms",
+    )
+    .await;
+    probe(
+        &probes,
+        &slow,
+        now - 1000,
+        ProbeStatus::Degraded,
+        AnomalyClass::SlowResponse,
+        Some(200),
+        1600,
+        "slow response: 1600 ms > 1000 ms",
+        true,
+        "raised probe frequency — confirming degradation",
+    )
+    .await;
+    let (status,): (String,) = sqlx::query_as("SELECT status FROM streams WHERE id = $1")
+        .bind(&gone)
+        .fetch_one(&app.state.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "degraded", "the contract's mapping of a 404");
+
+    let (s, html, _) = page(&app, "/app", Some(&cookie)).await;
+    assert_eq!(s, StatusCode::OK);
+    let tile = |label: &str, value: &str| {
+        format!(
+            r#"<span class="tile-label">{label}</span></a><span class="tile-value">{value}</span>"#
+        )
+    };
+    for (label, value) in [("Healthy", "1"), ("Degraded", "1"), ("Down", "1")] {
+        assert!(
+            html.contains(&tile(label, value)),
+            "{label} {value}: {html}"
+        );
+    }
+    assert!(html.contains("1 not probed yet"), "{html}");
+    assert!(!html.contains("Failing"), "{html}");
+    let attention = &html[html.find("attention-h").unwrap()..];
+    let (g, sl) = (
+        attention.find("Gone manifest").unwrap(),
+        attention.find(">Slow<").unwrap(),
+    );
+    assert!(g < sl, "the down stream first: {attention}");
+    assert!(!attention.contains(">Fine<") && !attention.contains("Brand new"));
+
+    let (_, html, _) = page(&app, "/app/streams?status=down", Some(&cookie)).await;
+    assert!(html.contains("Gone manifest"), "{html}");
+    for other in [">Fine<", ">Slow<", "Brand new"] {
+        assert!(!html.contains(other), "{other} is not down: {html}");
+    }
+    assert!(html.contains(r#"<option value="down" selected>"#), "{html}");
+    let (_, html, _) = page(&app, "/app/streams", Some(&cookie)).await;
+    let row = &html[html.find("Brand new").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(
+        row.contains(r#"<span class="badge badge-neutral">not probed yet</span>"#),
+        "{row}"
+    );
+    let (_, html, _) = page(&app, &format!("/app/streams/{fresh}"), Some(&cookie)).await;
+    assert!(!html.contains("badge-healthy"), "{html}");
+    app.shutdown().await;
+}
+
+/// decisions.md §15: each feed row's "Found" is that probe's own detail and latency, never the
+/// stream's current `lastAction` (which the JSON feed's `fix` keeps, as the contract says).
+async fn each_feed_row_shows_its_own_finding(app: TestApp) {
+    let cookie = app.user("feed@example.com").await;
+    let id = new_stream(&app, &cookie, "http://127.0.0.1:9/feed.m3u8", "Feed").await;
+    let probes = Probes::new(app.state.db.clone());
+    let now = now_ms();
+    probe(
+        &probes,
+        &id,
+        now - 3000,
+        ProbeStatus::Healthy,
+        AnomalyClass::NoAnomaly,
+        Some(200),
+        66,
+        "probe ok",
+        true,
+        "probe ok in 66 ms",
+    )
+    .await;
+    probe(
+        &probes,
+        &id,
+        now - 2000,
+        ProbeStatus::Degraded,
+        AnomalyClass::ClientError,
+        Some(404),
+        12,
+        "HTTP 404",
+        false,
+        "confirming: client error",
+    )
+    .await;
+    probe(
+        &probes,
+        &id,
+        now - 1000,
+        ProbeStatus::Healthy,
+        AnomalyClass::NoAnomaly,
+        Some(200),
+        2,
+        "probe ok",
+        true,
+        "probe ok in 2 ms",
+    )
+    .await;
+    let (_, feed) = parts_of(&app, &format!("/api/v1/agents?streamId={id}"), &cookie).await;
+    let fixes: Vec<&str> = feed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["fix"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fixes, ["probe ok in 2 ms"; 3],
+        "the JSON feed keeps the contract's fix"
+    );
+    for path in ["/app/agents".to_owned(), format!("/app/streams/{id}")] {
+        let (_, html, _) = page(&app, &path, Some(&cookie)).await;
+        let table = &html[html.find("<th>Found</th>").unwrap()..];
+        let table = &table[..table.find("</table>").unwrap()];
+        let found: Vec<&str> = table
+            .split("<tr>")
+            .skip(1)
+            .map(|row| {
+                // Time, stream, severity, anomaly, then `<td class="num">` latency: Found is the
+                // sixth `<td>`.
+                let cells: Vec<&str> = row.split("<td>").collect();
+                cells[5].split("</td>").next().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            found,
+            ["probe ok (2 ms)", "HTTP 404 (12 ms)", "probe ok (66 ms)"],
+            "{path}: {table}"
+        );
+    }
+    app.shutdown().await;
+}
+
+async fn parts_of(app: &TestApp, path: &str, cookie: &str) -> (StatusCode, serde_json::Value) {
+    common::parts(app.get(path, Some(cookie)).await).await
+}
+
 async fn unknown_things_are_404_pages(app: TestApp) {
     let cookie = app.user("pages-404@example.com").await;
     for path in [
@@ -447,4 +683,6 @@ on_both_engines!(
     every_page_renders_html_with_the_csp,
     unknown_things_are_404_pages,
     the_alerts_page_lists_incidents_rules_channels_and_deliveries,
+    the_overview_counts_not_playable_streams_as_down,
+    each_feed_row_shows_its_own_finding,
 );

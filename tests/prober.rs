@@ -36,6 +36,8 @@ struct Reply {
     headers: Vec<(String, String)>,
     body: String,
     delay: Duration,
+    /// When set, the answer also waits (after `delay`) until the test opens this gate.
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 fn reply(status: u16, body: &str) -> Reply {
@@ -44,11 +46,25 @@ fn reply(status: u16, body: &str) -> Reply {
         headers: vec![],
         body: body.to_owned(),
         delay: Duration::ZERO,
+        gate: None,
     }
 }
 
 fn delayed(r: Reply, delay: Duration) -> Reply {
     Reply { delay, ..r }
+}
+
+/// `r`, held after its delay until `gate` gets a permit (see [`open`]).
+fn gated(r: Reply, gate: &Arc<tokio::sync::Semaphore>) -> Reply {
+    Reply {
+        gate: Some(Arc::clone(gate)),
+        ..r
+    }
+}
+
+/// Lets every answer held by `gate` go.
+fn open(gate: &tokio::sync::Semaphore) {
+    gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
 }
 
 fn redirect(to: &str) -> Reply {
@@ -161,6 +177,9 @@ async fn serve_one(
         .cloned()
         .unwrap_or_else(|| reply(404, "not found"));
     tokio::time::sleep(r.delay).await;
+    if let Some(gate) = &r.gate {
+        let _ = gate.acquire().await;
+    }
     let mut out = format!(
         "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
         r.status,
@@ -899,9 +918,12 @@ async fn probe_rows(db: &Db, stream_id: &str) -> Vec<(String, String, String, Op
 /// Shutdown waits for the probe in flight: its row is recorded and its lease released.
 async fn shutdown_waits_for_probes_in_flight(engine: Engine) {
     let origin = Origin::start("127.0.0.1").await;
+    // Slow (over slow-ms), and held until the test lets it go: the probe is in flight for as
+    // long as the test needs, however slow the machine.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
     origin.set(
         "/slow.m3u8",
-        delayed(reply(200, VOD), Duration::from_millis(3000)),
+        gated(delayed(reply(200, VOD), Duration::from_millis(1500)), &gate),
     );
     // The server is run directly (not through TestApp, which keeps the app state alive): only
     // the stop signal ends it.
@@ -930,7 +952,7 @@ async fn shutdown_waits_for_probes_in_flight(engine: Engine) {
     let running = tokio::spawn(server.run(async move {
         let _ = stopped.await;
     }));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while origin.hits("/slow.m3u8") == 0 {
         assert!(Instant::now() < deadline, "the stream was not probed");
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -940,7 +962,14 @@ async fn shutdown_waits_for_probes_in_flight(engine: Engine) {
         "the probe is still in flight"
     );
     stop.send(()).expect("stop");
-    tokio::time::timeout(Duration::from_secs(10), running)
+    // Stopping, the server waits on the held probe (well within its 8 s timeout).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !running.is_finished(),
+        "the server ended with a probe in flight"
+    );
+    open(&gate);
+    tokio::time::timeout(Duration::from_secs(30), running)
         .await
         .expect("the server stops")
         .expect("joins")

@@ -183,6 +183,21 @@ async fn every_route_answers_by_construction(app: TestApp) {
             ]
         })
     );
+    // The views metric is a count: 0 in an empty bucket, not null (analytics.md v1.2).
+    let (s, body) = get(
+        &app,
+        c,
+        &format!("/api/v1/qoe/timeseries?metric=views&granularity=hour&{RANGE}"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        body["items"],
+        json!([
+            { "t": "2026-01-01T10:00:00.000Z", "value": 2, "views": 2 },
+            { "t": "2026-01-01T11:00:00.000Z", "value": 0, "views": 0 }
+        ])
+    );
 
     let (s, body) = get(
         &app,
@@ -589,6 +604,141 @@ async fn csv_cells_never_run_as_formulas(app: TestApp) {
         .expect("csv");
     assert!(text.lines().any(|l| l == "'=1+2,100,1,25"), "{text}");
     assert!(text.lines().any(|l| l == "movie-1,0,1,-25"), "{text}");
+    app.shutdown().await;
+}
+
+/// The SQLite queries of docs/analytics.md ("One query per metric (SQLite)"), run as an
+/// analyst would on the embedded store's file, give the API's numbers, value for value
+/// (issue 28: the documented SQL divided integers as integers and gave whole percentages).
+/// Three views, so the percentages are not whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_sqlite_sql_gives_the_apis_numbers() {
+    let app = spawn(Sink::Sqlite, Engine::Sqlite).await;
+    let f = fixture(&app).await;
+    let key = app.api_key(&f.cookie).await;
+    // View C: starts in 700 ms, plays 30 s at 1 Mb/s without a stall, an hour after view A.
+    let c = json!({
+        "apiKey": key,
+        "sessionId": "view-c",
+        "context": { "src": SRC },
+        "events": [
+            ev("quality_change", 3_600_000, json!({ "from": "", "to": "360p", "bitrate": 1_000_000, "width": 640, "height": 360 })),
+            ev("playback_start", 3_600_700, json!({ "positionMs": 0, "durationMs": 0, "contentId": "movie-3", "startupMs": 700 })),
+            ev("session_end", 3_630_700, json!({ "reason": "ended", "durationMs": 30_000 })),
+        ]
+    });
+    send(&app, &key, CHROME, &c).await;
+    refresh(&app).await;
+
+    let (_, session) = get(&app, &f.cookie, "/api/auth/get-session").await;
+    let owner = session["user"]["id"].as_str().expect("user id").to_owned();
+    let (s, overview) = get(&app, &f.cookie, &format!("/api/v1/qoe/overview?{RANGE}")).await;
+    assert_eq!(s, StatusCode::OK);
+    let m = &overview["metrics"];
+    // The mean startup time: the one bucket of a day-wide series over the range.
+    let (_, avg) = get(
+        &app,
+        &f.cookie,
+        &format!(
+            "/api/v1/qoe/timeseries?metric=startupTimeMs&measurement=avg&granularity=day&{RANGE}"
+        ),
+    )
+    .await;
+    let api: Vec<(&str, Value)> = vec![
+        ("views", overview["views"].clone()),
+        ("playbackFailurePct", m["playbackFailurePct"].clone()),
+        ("startupFailurePct", m["startupFailurePct"].clone()),
+        ("exitBeforeStartPct", m["exitBeforeStartPct"].clone()),
+        ("startupTimeMs.p50", m["startupTimeMs"]["p50"].clone()),
+        ("startupTimeMs.p95", m["startupTimeMs"]["p95"].clone()),
+        ("startupTimeMs.avg", avg["items"][0]["value"].clone()),
+        ("rebufferPct", m["rebufferPct"].clone()),
+        ("rebufferFrequency", m["rebufferFrequency"].clone()),
+        ("watchTimeMs", m["watchTimeMs"].clone()),
+        ("avgBitrateKbps", m["avgBitrateKbps"].clone()),
+    ];
+    assert_eq!(overview["views"], 3);
+    assert_eq!(
+        m["playbackFailurePct"], 33.33,
+        "not whole: the test can tell"
+    );
+
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/analytics.md"))
+        .expect("docs/analytics.md");
+    let section = doc
+        .split("## One query per metric (SQLite)")
+        .nth(1)
+        .expect("the SQLite section");
+    let block = section
+        .split("```sql\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its sql block");
+    // `-- a, b, c (note)` names the columns of the statement that follows, up to its `;`.
+    let mut queries: Vec<(Vec<String>, String)> = Vec::new();
+    for line in block.lines() {
+        if let Some(names) = line.strip_prefix("-- ") {
+            let names = names.split(" (").next().unwrap_or_default();
+            queries.push((
+                names.split(", ").map(str::to_owned).collect(),
+                String::new(),
+            ));
+        } else if let Some((_, sql)) = queries.last_mut() {
+            sql.push_str(line);
+            sql.push('\n');
+        }
+    }
+    let (from, to) = (T0, T0 + 2 * 3_600_000);
+    let file = app._dir.path().join("telemetry.db");
+    let pool = sqlx::SqlitePool::connect_with(
+        sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&file)
+            .read_only(true),
+    )
+    .await
+    .expect("open telemetry.db read-only");
+    let mut seen = Vec::new();
+    for (names, sql) in &queries {
+        let sql = sql
+            .trim()
+            .trim_end_matches(';')
+            .replace(":owner", "?1")
+            .replace(":from", "?2")
+            .replace(":to", "?3");
+        let row = sqlx::query(&sql)
+            .bind(&owner)
+            .bind(from)
+            .bind(to)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(sqlx::Row::len(&row), names.len(), "{sql}");
+        for (i, name) in names.iter().enumerate() {
+            // A count is an INTEGER, a ratio a REAL.
+            let got: Option<f64> = sqlx::Row::try_get::<Option<f64>, _>(&row, i)
+                .or_else(|_| {
+                    sqlx::Row::try_get::<Option<i64>, _>(&row, i).map(|v| v.map(|n| n as f64))
+                })
+                .expect("a number or NULL");
+            let want = &api
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("the doc names {name}, which the API has not"))
+                .1;
+            assert_eq!(
+                got.map(|v| json!(v)).unwrap_or(Value::Null).as_f64(),
+                want.as_f64(),
+                "{name}: the documented SQL says {got:?}, the API {want}"
+            );
+            seen.push(name.clone());
+        }
+    }
+    for (name, _) in &api {
+        assert!(
+            seen.iter().any(|s| s == name),
+            "the doc has no query for {name}"
+        );
+    }
     app.shutdown().await;
 }
 

@@ -325,21 +325,28 @@ mod tests {
                 ]
             })
         );
-        // Even count-like metrics are null in an empty bucket.
+        // The views metric counts: its empty bucket is 0, not null (analytics.md v1.2). Other
+        // count-like metrics (watch time) stay null there.
         let views = TimeseriesQuery {
             metric: Metric::Views,
             ..q.clone()
         };
         let body = timeseries(&fleet(), &streams(), &views);
         let values: Vec<Option<f64>> = body.items.iter().map(|i| i.value).collect();
-        assert_eq!(values, [Some(1.0), Some(2.0), None]);
+        assert_eq!(values, [Some(1.0), Some(2.0), Some(0.0)]);
         assert_eq!(
             body.to_csv(),
             "t,value,views\n\
              2024-05-01T00:00:00.000Z,1,1\n\
              2024-05-01T01:00:00.000Z,2,2\n\
-             2024-05-01T02:00:00.000Z,,0\n"
+             2024-05-01T02:00:00.000Z,0,0\n"
         );
+        let watch = TimeseriesQuery {
+            metric: Metric::WatchTimeMs,
+            ..q.clone()
+        };
+        let body = timeseries(&fleet(), &streams(), &watch);
+        assert_eq!(body.items[2].value, None);
     }
 
     #[test]

@@ -163,7 +163,7 @@ pub struct TimeseriesItem {
     #[serde(serialize_with = "serialize_ms")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub t: i64,
-    /// The metric over the bucket's views; null for an empty bucket.
+    /// The metric over the bucket's views; null for an empty bucket (0 for `views`).
     #[serde(serialize_with = "ser_opt_num")]
     pub value: Option<f64>,
     /// Views in the bucket (started inside both the bucket and `[from, to)`).
@@ -184,7 +184,8 @@ pub struct TimeseriesBody {
 
 impl TimeseriesBody {
     /// Builds the series from per-bucket aggregates keyed by bucket start; buckets with
-    /// no entry (or no views) are empty: `views: 0, value: null`.
+    /// no entry (or no views) are empty: `views: 0, value: null`, except for the `views`
+    /// metric, a count, whose empty bucket is `value: 0` (analytics.md v1.2).
     pub fn build(q: &TimeseriesQuery, buckets: &BTreeMap<i64, Aggregate>) -> Self {
         let items = q
             .range
@@ -198,7 +199,7 @@ impl TimeseriesBody {
                 },
                 None => TimeseriesItem {
                     t,
-                    value: None,
+                    value: (q.metric == Metric::Views).then_some(0.0),
                     views: 0,
                 },
             })

@@ -341,7 +341,8 @@ impl Alerts {
     }
 
     /// Queues a `test` delivery to the channel, due at once (`dead` at once, saying why, when
-    /// the channel is disabled); at most [`outbox::ON_DEMAND_PER_MINUTE`] a minute per channel.
+    /// the channel is disabled), and answers it as queued; at most
+    /// [`outbox::ON_DEMAND_PER_MINUTE`] a minute per channel.
     pub async fn test_channel(
         &self,
         user_id: &str,
@@ -369,9 +370,14 @@ impl Alerts {
             ));
         }
         outbox::bury_if_disabled(&mut tx, &delivery_id, channel.enabled.0).await?;
+        // The 202 answer is the delivery as queued (`pending`, or `dead` for a disabled
+        // channel), read in the transaction that wrote it: read after the commit, it would race
+        // the sender (this instance's, woken below, or another's polling) and say `pending`,
+        // `sent` or `failed` by timing. Its fate is read with GET …/deliveries/{id}.
+        let queued = outbox::read(&mut tx, user_id, &delivery_id).await?;
         tx.commit().await?;
         self.wake_sender();
-        self.delivery(user_id, &delivery_id).await
+        Ok(queued)
     }
 
     /// The engine of the store (SQLite serialises writers; PostgreSQL needs row locks).

@@ -381,6 +381,24 @@ where
     Ok(body)
 }
 
+/// One delivery of a user, on `conn` (a transaction's, to read what it wrote).
+pub async fn read(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    id: &str,
+) -> Result<Delivery, AlertError> {
+    let mut d: Delivery = sqlx::query_as(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE id = $1 AND user_id = $2"
+    ))
+    .bind(id)
+    .bind(user_id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(AlertError::NotFound)?;
+    d.incident_ids = incident_ids(&mut *conn, &d.id).await?;
+    Ok(d)
+}
+
 /// The incidents of a delivery, in the order they joined it.
 pub async fn incident_ids(
     conn: &mut AnyConnection,
@@ -677,16 +695,7 @@ impl Alerts {
 
     /// One of the caller's deliveries.
     pub async fn delivery(&self, user_id: &str, id: &str) -> Result<Delivery, AlertError> {
-        let mut d: Delivery = sqlx::query_as(&format!(
-            "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE id = $1 AND user_id = $2"
-        ))
-        .bind(id)
-        .bind(user_id)
-        .fetch_optional(&self.db.pool)
-        .await?
-        .ok_or(AlertError::NotFound)?;
-        d.incident_ids = incident_ids(&mut *self.db.pool.acquire().await?, &d.id).await?;
-        Ok(d)
+        read(&mut *self.db.pool.acquire().await?, user_id, id).await
     }
 
     /// A delivery's attempts, oldest first.
@@ -741,9 +750,12 @@ impl Alerts {
             ));
         }
         bury_if_disabled(&mut tx, &new_id, channel.enabled.0).await?;
+        // The answer is the delivery as queued, read before the sender can see it (see
+        // `test_channel`).
+        let queued = read(&mut tx, user_id, &new_id).await?;
         tx.commit().await?;
         self.wake_sender();
-        self.delivery(user_id, &new_id).await
+        Ok(queued)
     }
 }
 

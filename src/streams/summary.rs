@@ -8,17 +8,25 @@ use super::uptime::{hour_of, HOUR_MS};
 use super::{Stream, StreamError, StreamRow, Streams, COLUMNS};
 use crate::states::StreamStatus;
 
-/// Streams by `status`.
+/// Streams by what their latest probe found (decisions.md §15): a stream whose latest probe
+/// was not playable (v1.1 rule: a 404 manifest, an invalid one, a failure) is **down**, whatever
+/// its status string says (a 404 is `degraded` by the contract's mapping); the others by
+/// status. Streams never probed yet are counted apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatusCounts {
-    pub watching: i64,
+    /// Playable and `watching`.
+    pub healthy: i64,
+    /// Playable but `degraded` (slow).
     pub degraded: i64,
-    pub failing: i64,
+    /// Not playable.
+    pub down: i64,
+    /// No probe yet.
+    pub unprobed: i64,
 }
 
 impl StatusCounts {
     pub fn total(&self) -> i64 {
-        self.watching + self.degraded + self.failing
+        self.healthy + self.degraded + self.down + self.unprobed
     }
 }
 
@@ -28,6 +36,8 @@ pub struct StreamFilter {
     /// Case-insensitive substring of the name or the source URL.
     pub text: Option<String>,
     pub status: Option<StreamStatus>,
+    /// Only the streams whose latest probe was not playable (see [`StatusCounts`]).
+    pub down: bool,
     pub limit: i64,
     pub offset: i64,
 }
@@ -82,19 +92,28 @@ fn placeholders(first: usize, n: usize) -> String {
 }
 
 impl Streams {
-    /// How many streams are in each status.
+    /// How many streams are healthy, degraded, down or not probed yet ([`StatusCounts`]).
     pub async fn status_counts(&self) -> Result<StatusCounts, StreamError> {
-        let rows: Vec<(String, i64)> =
-            sqlx::query_as("SELECT status, COUNT(*) FROM streams GROUP BY status")
-                .fetch_all(&self.db.pool)
-                .await?;
+        // `down_streak` counts the not-playable probes in a row up to the latest one.
+        let class = "CASE WHEN last_checked_at IS NULL THEN 'unprobed' \
+                     WHEN down_streak > 0 THEN 'down' ELSE status END";
+        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT {class}, COUNT(*) FROM streams GROUP BY {class}"
+        ))
+        .fetch_all(&self.db.pool)
+        .await?;
         let mut c = StatusCounts::default();
-        for (status, n) in rows {
-            match StreamStatus::parse(&status) {
-                Some(StreamStatus::Watching) => c.watching += n,
-                Some(StreamStatus::Degraded) => c.degraded += n,
-                Some(StreamStatus::Failing) => c.failing += n,
-                None => {}
+        for (class, n) in rows {
+            match class.as_str() {
+                "unprobed" => c.unprobed += n,
+                "down" => c.down += n,
+                other => match StreamStatus::parse(other) {
+                    Some(StreamStatus::Watching) => c.healthy += n,
+                    Some(StreamStatus::Degraded) => c.degraded += n,
+                    // A failing probe is never playable: counted as down above.
+                    Some(StreamStatus::Failing) => c.down += n,
+                    None => {}
+                },
             }
         }
         Ok(c)
@@ -113,20 +132,23 @@ impl Streams {
             format!("%{escaped}%")
         });
         let filter = "($1 IS NULL OR lower(name) LIKE $1 ESCAPE '\\' OR lower(source_url) LIKE $1 ESCAPE '\\') \
-                      AND ($2 IS NULL OR status = $2)";
+                      AND ($2 IS NULL OR status = $2) AND ($3 = 0 OR down_streak > 0)";
         let status = f.status.map(|s| s.as_str());
+        let down = i64::from(f.down);
         let (total,): (i64,) =
             sqlx::query_as(&format!("SELECT COUNT(*) FROM streams WHERE {filter}"))
                 .bind(pattern.as_deref())
                 .bind(status)
+                .bind(down)
                 .fetch_one(&self.db.pool)
                 .await?;
         let rows: Vec<StreamRow> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM streams WHERE {filter} \
-             ORDER BY created_at DESC, seq DESC LIMIT $3 OFFSET $4"
+             ORDER BY created_at DESC, seq DESC LIMIT $4 OFFSET $5"
         ))
         .bind(pattern.as_deref())
         .bind(status)
+        .bind(down)
         .bind(f.limit)
         .bind(f.offset)
         .fetch_all(&self.db.pool)

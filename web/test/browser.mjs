@@ -32,7 +32,7 @@ const CHROMIUM_ARGS = [
 ];
 /** A zone with a half-hour offset, so a missed conversion cannot pass by luck. */
 const ZONE = 'Asia/Kolkata';
-const PAGES = ['/app', '/app/streams', `/app/streams/cl_stream1`, '/app/qoe', '/app/keys', '/app/chart-states'];
+const PAGES = ['/app', '/app/streams', `/app/streams/cl_stream1`, '/app/qoe', '/app/keys', '/app/chart-states', '/app/one-bucket'];
 /** Loads that fail on purpose (Chromium logs each as a console error). */
 const EXPECTED_FAILURES = [/\/api\/v1\/qoe\/timeseries\?metric=broken/, /\/api\/v1\/agents\?drop=1/];
 
@@ -165,6 +165,72 @@ await check('empty data and failed loads show a sentence, not a blank chart', as
   await page.close();
 });
 
+/**
+ * The marks of one series in a chart's canvas: pixels drawn opaque in the color of the CSS
+ * variable `cssVar` (the series' color), their count in CSS pixels and their bounding box.
+ * `upper`: only the upper half of the plot (a value above the zero line).
+ */
+async function marks(page, selector, cssVar, { upper = false } = {}) {
+  return page.$eval(
+    selector,
+    (fig, [v, up]) => {
+      const hex = getComputedStyle(fig).getPropertyValue(v).trim();
+      const [r, g, b] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+      const c = fig.querySelector('.chart-plot canvas');
+      if (!c) return { count: 0, box: null, width: 0, height: 0 };
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      let box = null;
+      for (let y = 0; y < (up ? c.height / 2 : c.height); y++) {
+        for (let x = 0; x < c.width; x++) {
+          const i = 4 * (y * c.width + x);
+          if (d[i + 3] > 200 && Math.abs(d[i] - r) + Math.abs(d[i + 1] - g) + Math.abs(d[i + 2] - b) < 40) {
+            n++;
+            box = box ? [Math.min(box[0], x), Math.min(box[1], y), Math.max(box[2], x), Math.max(box[3], y)] : [x, y, x, y];
+          }
+        }
+      }
+      return { count: n / devicePixelRatio ** 2, box, width: c.width, height: c.height };
+    },
+    [cssVar, upper],
+  );
+}
+
+await check('a series of one non-empty bucket draws visible marks: charts, timeline lines and whole sparkline dots (light, dark, 375 px)', async () => {
+  const narrowCtx = await newContext({ viewport: { width: 375, height: 812 }, deviceScaleFactor: 2 });
+  const darkCtx = await newContext({ colorScheme: 'dark' });
+  for (const [context, variant] of [[light, 'light'], [darkCtx, 'dark'], [narrowCtx, '375']]) {
+    const { page, clean } = await open(context, '/app/one-bucket');
+    const states = await page.$$eval('figure[data-chart]', (figs) => figs.map((f) => [f.id, f.dataset.chartState]));
+    eq(states, [['one-views', 'drawn'], ['one-failures', 'drawn'], ['one-timeline', 'drawn'], ['one-probe', 'drawn'], ['one-spark-views', 'drawn'], ['one-spark-failures', 'drawn']], `${variant}: chart states`);
+    // One probe: a dot in the middle of a few minutes' axis (not at the edge of a years-wide one).
+    const severity = (await (await fetch(`${server.url}/api/v1/agents?one=1`)).json()).items[0].severity;
+    const dotVar = { info: '--status-healthy', warn: '--status-degraded', critical: '--status-failing' }[severity];
+    const dot = await marks(page, '#one-probe', dotVar);
+    const centre = (dot.box[0] + dot.box[2]) / 2;
+    assert(dot.count >= 12 && Math.abs(centre - dot.width / 2) < dot.width * 0.15, `${variant}: the one probe is drawn at x ${centre} of ${dot.width} (${JSON.stringify(dot)})`);
+    for (const [id, cssVar, opts] of [
+      ['one-views', '--chart-line', { upper: true }],
+      ['one-failures', '--chart-line', {}],
+      ['one-timeline', '--chart-line', {}],
+      ['one-timeline', '--chart-third', {}],
+      ['one-spark-views', '--chart-line', { upper: true }],
+      ['one-spark-failures', '--chart-line', {}],
+    ]) {
+      const m = await marks(page, `#${id}`, cssVar, opts);
+      // A 5 px dot covers about 20 px²; a stroke up to a value, more.
+      assert(m.count >= 12, `${variant}: #${id} draws ${m.count} px of ${cssVar} (${JSON.stringify(m)})`);
+      // Whole, not a half-dot cut by the plot's edge.
+      assert(m.box[0] > 0 && m.box[2] < m.width - 1, `${variant}: #${id} ${cssVar} mark touches the canvas edge: ${JSON.stringify(m)}`);
+    }
+    await page.screenshot({ path: join(shots, shotName('/app/one-bucket', variant)), fullPage: true });
+    await clean();
+    await page.close();
+  }
+  await narrowCtx.close();
+  await darkCtx.close();
+});
+
 await check(`times are shown in the viewer's zone (${ZONE}) with UTC in the title`, async () => {
   const { page, clean } = await open(light, '/app');
   const fired = await page.$eval('time[datetime="2026-11-23T03:05:00.000Z"]', (t) => [t.textContent, t.title]);
@@ -223,6 +289,19 @@ await check('a server failure shows one form-level message', async () => {
   await page.waitForSelector('[data-form-error]:not(:empty)');
   const formError = await page.$eval('[data-form-error]', (el) => [el.textContent, el.getAttribute('role')]);
   eq(formError, ['The server failed to do this. Try again in a moment.', 'alert'], 'form error');
+  // Styled as a message box (the template writes a bare <div data-form-error>).
+  const look = await page.$eval('[data-form-error]', (el) => {
+    const cs = getComputedStyle(el);
+    const danger = getComputedStyle(document.documentElement).getPropertyValue('--danger').trim();
+    const probe = document.createElement('span');
+    probe.style.color = danger;
+    document.body.append(probe);
+    const dangerRgb = getComputedStyle(probe).color;
+    probe.remove();
+    return { border: cs.borderLeftWidth, colored: cs.color === dangerRgb };
+  });
+  eq(look, { border: '4px', colored: true }, 'form-level message style');
+  await page.screenshot({ path: join(shots, 'keys-form-error.png') });
   await clean();
   await page.close();
 });

@@ -191,6 +191,11 @@ async function main() {
     await landing.goto(base + '/');
     assert(await landing.getByRole('link', { name: 'Sign in' }).count() === 1, 'no Sign in link');
     assert(await landing.getByRole('link', { name: 'Create an account' }).count() === 1, 'no sign-up link');
+    // The news form is apart from the account links and says it makes no account.
+    const news = landing.getByRole('region', { name: 'News by e-mail' });
+    assert(await news.getByRole('button', { name: 'Keep me posted' }).count() === 1, 'no news form in its own section');
+    assert((await news.innerText()).includes('Not a sign-up'), 'the news form does not say it is no sign-up');
+    assert(await news.getByRole('link', { name: /Create an account|Sign in/ }).count() === 0, 'account links beside the news form');
     await landing.close();
   });
 
@@ -409,6 +414,19 @@ async function main() {
     noProblems('stream page');
   });
 
+  await check("the agent feed page: each row's Found is that probe's own finding (detail and latency), not the stream's last action", async () => {
+    await page.goto(`${base}/app/agents`);
+    const rows = page.locator('table tbody tr');
+    await rows.first().waitFor();
+    const found = await rows.evaluateAll((trs) => trs.map((tr) => [tr.cells[4].textContent.trim(), tr.cells[5].textContent.trim()]));
+    const stream = await page.evaluate(async (id) => (await (await fetch(`/api/v1/streams/${id}`)).json()).lastAction, streamId);
+    for (const [latency, text] of found) {
+      assert(text.endsWith(` (${latency})`), `Found "${text}" is not the probe's own finding (latency ${latency})`);
+      assert(text !== stream, `Found repeats the stream's lastAction "${stream}"`);
+    }
+    noProblems('agent feed');
+  });
+
   const rawKey = await check('mint a key: the raw key is shown once, with an SDK snippet for this server', async () => {
     await page.goto(`${base}/app/keys`);
     await page.getByLabel('Label').fill('e2e player');
@@ -417,6 +435,14 @@ async function main() {
     assert(/^svc_/.test(key), `raw key ${key}`);
     const snippet = await page.locator('.reveal #sdk-snippet').innerText();
     assert(snippet.includes(key) && snippet.includes(`${base}/api/v1/telemetry`), `snippet ${snippet}`);
+    // The list shows the new key without a reload (the reveal is still there).
+    await page.locator('#keys-list tr', { hasText: 'e2e player' }).getByText('active').waitFor({ timeout: 10_000 });
+    assert((await page.locator('#keys-list').getByText('No key yet').count()) === 0, 'the list still says "No key yet"');
+    assert((await page.locator('.reveal #raw-key').innerText()) === key, 'the reveal went away');
+    // The demo player, with this key.
+    const demo = await page.getByRole('link', { name: 'play a stream in the demo player with this key' }).getAttribute('href');
+    assert(demo === `${base}/demo/player.html#key=${encodeURIComponent(key)}`, `demo link ${demo}`);
+    await page.screenshot({ path: join(SHOTS, 'keys-minted-light.png'), fullPage: true });
     noProblems('mint');
     return key;
   });
@@ -427,7 +453,10 @@ async function main() {
     await demo.goto(`${base}/demo/player.html?${new URLSearchParams({ src, key: rawKey, content: 'e2e-dashboard' })}`);
     await demo.waitForFunction(() => window.__sw && window.__sw.video.currentTime > 0.3, null, { timeout: 30_000 });
     sessionId = await demo.evaluate(() => window.__sw.telemetry.sessionId);
+    await demo.locator('#state[data-state="playing"]').waitFor();
     await demo.waitForFunction(() => window.__sw.video.ended, null, { timeout: 45_000 });
+    await demo.locator('#state[data-state="ended"]').waitFor();
+    assert(await demo.getByRole('alert').isHidden(), 'an error shows after a good playback');
     await demo.close();
     noProblems('demo player');
   });
@@ -453,6 +482,46 @@ async function main() {
     assert((await tileValue('Views')) === '1', `Views tile ${await tileValue('Views')}`);
   });
 
+  await check('the demo player says why it fails: state "failed", an HTTP 404 in words, and CORS for an origin that does not allow this page', async () => {
+    const noCors = createHttpServer((_req, res) => res.writeHead(200, { 'content-type': 'application/vnd.apple.mpegurl' }).end('#EXTM3U\n'));
+    await new Promise((r) => noCors.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise((r) => noCors.close(r)));
+    const demo = await context.newPage();
+    // Failed loads are what this step provokes: the console says so, the page must too.
+    const own = [];
+    demo.on('console', (m) => own.push(m.text()));
+    provoked.add(404);
+    const cases = [
+      [`${statics.url}/media/no-such.m3u8`, /HTTP 404/],
+      [`http://127.0.0.1:${noCors.address().port}/live.m3u8`, /probably needs CORS/],
+    ];
+    for (const [i, [bad, why]] of cases.entries()) {
+      // The keys page's link, then the form, as a person would.
+      await demo.goto(`${base}/demo/player.html#key=${encodeURIComponent(rawKey)}`);
+      assert((await demo.locator('#key').inputValue()) === rawKey, 'the key is not filled in from the link');
+      await demo.locator('#src').fill(bad);
+      await demo.getByRole('button', { name: 'Play' }).click();
+      await demo.locator('#state[data-state="failed"]').waitFor({ timeout: 30_000 });
+      const error = await demo.getByRole('alert').innerText();
+      assert(why.test(error), `error text: ${error}`);
+      assert((await demo.locator('#state').innerText()) === 'failed', 'state is not "failed"');
+      assert(!new URL(demo.url()).search.includes('svc_'), `the key went into the query: ${demo.url()}`);
+      for (const scheme of ['light', 'dark']) {
+        await demo.emulateMedia({ colorScheme: scheme });
+        await demo.screenshot({ path: join(SHOTS, `demo-player-failed-${i}-${scheme}.png`), fullPage: true });
+      }
+      await demo.setViewportSize({ width: 375, height: 900 });
+      await demo.screenshot({ path: join(SHOTS, `demo-player-failed-${i}-375.png`), fullPage: true });
+      await demo.setViewportSize({ width: 1280, height: 900 });
+      await demo.emulateMedia({ colorScheme: 'light' });
+    }
+    provoked.delete(404);
+    await demo.close();
+    // Chromium's own console lines about the failed loads are expected here, nothing else.
+    problems.splice(0, problems.length, ...problems.filter((p) => !/demo\/player\.html/.test(p) || !/CORS|Failed to load|ERR_FAILED|net::/.test(p)));
+    noProblems('demo player failures');
+  });
+
 
   await check('alerts: a signed webhook (secret shown once) gets a verified test, a stream rule is added, the secret rotates', async () => {
     const hook = await startReceiver();
@@ -463,8 +532,18 @@ async function main() {
     await page.getByRole('button', { name: 'Add webhook' }).click();
     const secret = await page.locator('.reveal #new-webhook-secret').innerText();
     assert(/^whsec_[A-Za-z0-9+/=]+$/.test(secret), `secret ${secret}`);
+    // Without a reload: the channel is listed and the rule forms it allows are there.
+    await page.locator('#channels tr', { hasText: 'e2e hook' }).waitFor({ timeout: 10_000 });
+    await page.locator('#sr-name').waitFor();
+    assert((await page.getByText('No channel yet').count()) === 0, '"No channel yet" after adding one');
+    await page.screenshot({ path: join(SHOTS, 'alerts-first-channel-light.png'), fullPage: true });
+    // "Done" opens the stream rule form with the new channel chosen.
+    await page.getByRole('link', { name: 'Done: add a rule' }).click();
+    await page.waitForURL(/\/app\/alerts\?channel=[^#]+#stream-rule-h$/);
+    const chosen = await page.locator('#sr-channels').evaluate((s) => Array.from(s.selectedOptions).map((o) => o.textContent));
+    assert(JSON.stringify(chosen) === JSON.stringify(['e2e hook (webhook)']), `channels chosen: ${chosen}`);
+    assert((await page.locator('#channels tr', { hasText: 'e2e hook' }).count()) === 1, 'the channel is not listed after Done');
 
-    await page.goto(`${base}/app/alerts`);
     await page.getByRole('button', { name: 'Send test to e2e hook' }).click();
     const got = await waitFor('the test delivery at the receiver', () => hook.requests[0], 30_000);
     const [id, ts] = [got.headers['webhook-id'], got.headers['webhook-timestamp']];
@@ -490,7 +569,17 @@ async function main() {
     noProblems('alerts');
   });
 
-  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/alerts', '/app/team', '/app/account', '/app/streams/nosuchstream'];
+  await check('the view legend and the breakdown read as words (no stray separator, no metric ids)', async () => {
+    await page.goto(`${base}/app/views/${encodeURIComponent(sessionId)}`);
+    const legend = await page.getByRole('list', { name: 'Legend' }).locator('li').allInnerTexts();
+    assert(JSON.stringify(legend.map((t) => t.trim())) === JSON.stringify(['starting', 'playing', 'stalled', 'paused', 'rendition switch', 'error']), `legend ${legend}`);
+    await page.goto(`${base}/app/qoe`);
+    const options = await page.locator('#metric option').evaluateAll((os) => os.map((o) => [o.value, o.textContent]));
+    for (const [value, label] of options) assert(value !== label && !/[a-z][A-Z]/.test(label), `breakdown metric shown as "${label}"`);
+    noProblems('legend and breakdown');
+  });
+
+  const pages = ['/app', '/app/streams', `/app/streams/${streamId}`, '/app/agents', '/app/qoe', '/app/views', `/app/views/${encodeURIComponent(sessionId)}`, '/app/keys', '/app/alerts', '/app/team', '/app/account', '/app/streams/nosuchstream', 'signed-out:/', 'signed-out:/demo/player.html'];
   await check('every page: axe finds no serious or critical violation (light and dark), no overflow at 375 px; screenshots saved', async () => {
     const failures = [];
     for (const scheme of ['light', 'dark']) {
@@ -510,11 +599,17 @@ async function main() {
           await target.goto(base + url);
           provoked.delete(404);
           await target.waitForFunction(() => Array.from(document.querySelectorAll('figure[data-chart]')).every((f) => f.dataset.chartState && f.dataset.chartState !== 'loading'));
-          const name = `${(url.replace(/\?invite=.*/, '-invite').replace(/^\/app\/?/, '').replace(/^\//, '') || 'overview').replace(/[^a-z0-9]+/gi, '-')}-${scheme}${width === 375 ? '-375' : ''}.png`;
+          const base_ = url === '/' ? 'landing' : url.replace(/\?invite=.*/, '-invite').replace(/^\/app\/?/, '').replace(/^\//, '') || 'overview';
+          const name = `${base_.replace(/[^a-z0-9]+/gi, '-')}-${scheme}${width === 375 ? '-375' : ''}.png`;
           await target.screenshot({ path: join(SHOTS, name), fullPage: true });
           if (width === 375) {
             const overflow = await target.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
             if (overflow > 0) failures.push(`${url} (${scheme}) overflows 375 px by ${overflow} px`);
+            if (url === '/app/views') {
+              // A view's outcome is readable without scrolling the table sideways.
+              const right = await target.getByRole('columnheader', { name: 'Outcome' }).evaluate((th) => th.getBoundingClientRect().right);
+              if (right > 375) failures.push(`/app/views (${scheme}): the Outcome column ends at ${right} px, off a 375 px screen`);
+            }
           } else {
             await target.evaluate(axeSource);
             const violations = await target.evaluate(async () => {

@@ -25,6 +25,7 @@ const PAGES = {
   '/app/qoe': 'qoe.html',
   '/app/keys': 'keys.html',
   '/app/chart-states': 'chart-states.html',
+  '/app/one-bucket': 'one-bucket.html',
 };
 /** A stream id (cl_…) that a POST in the test creates and redirects to. */
 export const NEW_STREAM_ID = 'cl_new01';
@@ -56,6 +57,35 @@ function streamItem(body, id) {
   };
 }
 
+/** The 60 minute buckets of a new install's last hour; views arrived in the last one only. */
+const ONE_HOUR = Array.from({ length: 60 }, (_, i) => new Date(Date.UTC(2026, 10, 23, 11, i)).toISOString());
+
+/** A time series with one non-empty bucket, the last (analytics.md v1.2: `views` answers 0 elsewhere). */
+function oneBucketSeries(metric) {
+  const value = { views: 3, playbackFailurePct: 33.33, rebufferPct: 1.2, startupTimeMs: 910 }[metric] ?? 1;
+  const last = ONE_HOUR.length - 1;
+  return {
+    metric,
+    granularity: 'minute',
+    items: ONE_HOUR.map((t, i) => (i === last ? { t, value, views: 3 } : { t, value: metric === 'views' ? 0 : null, views: 0 })),
+  };
+}
+
+/** A stream probed every minute for an hour, with viewers in one minute only. */
+function oneBucketTimeline() {
+  const watched = 42;
+  return {
+    items: ONE_HOUR.map((t, i) => ({
+      t,
+      probes: { healthy: 2, degraded: 0, failing: 0, p50LatencyMs: 120 },
+      viewers:
+        i === watched
+          ? { views: 3, playbackFailurePct: 33.33, rebufferPct: 1.2, startupTimeMs: 910 }
+          : { views: 0, playbackFailurePct: null, rebufferPct: null, startupTimeMs: null },
+    })),
+  };
+}
+
 /** The API routes the fixture pages use; each answers as the contract says. */
 async function api(req, res, url, body, sleep) {
   const route = `${req.method} ${url.pathname}`;
@@ -64,18 +94,21 @@ async function api(req, res, url, body, sleep) {
     const metric = q.get('metric');
     if (metric === 'broken') return json(res, 500, { error: 'Internal Server Error' });
     if (q.get('range') === 'empty') return json(res, 200, { ...fixture('timeseries-empty.json'), metric });
+    if (q.get('range') === 'one') return json(res, 200, oneBucketSeries(metric));
     const file = `timeseries-${metric}.json`;
     if (!existsSync(join(fixtures, 'api', file))) return json(res, 400, { errors: { metric: 'Unknown metric' } });
     return json(res, 200, fixture(file));
   }
   if (route === 'GET /api/v1/agents') {
     if (q.has('drop')) return req.socket.destroy();
+    if (q.has('one')) return json(res, 200, { items: [fixture('agents.json').items[0]] });
     return json(res, 200, fixture(q.has('empty') ? 'agents-empty.json' : 'agents.json'));
   }
   let m = url.pathname.match(/^\/api\/v1\/streams\/([\w-]+)\/timeline$/);
   if (req.method === 'GET' && m) {
     if (m[1] === 'cl_stream1') return json(res, 200, fixture('timeline-cl_stream1.json'));
     if (m[1] === 'cl_quiet') return json(res, 200, fixture('timeline-empty.json'));
+    if (m[1] === 'cl_one') return json(res, 200, oneBucketTimeline());
     return json(res, 404, { error: 'Not Found' });
   }
   if (route === 'POST /api/v1/streams') {

@@ -22,7 +22,7 @@
 //! its text against that delivery.
 //!
 //! ```text
-//! CARGO_TARGET_DIR=/work/target-bench cargo run --release -p bench --bin alerts_outage -- \
+//! CARGO_TARGET_DIR=../target-bench cargo run --release -p bench --bin alerts_outage -- \
 //!     --engine sqlite --engine postgres
 //! ```
 //!

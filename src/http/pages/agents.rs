@@ -31,8 +31,9 @@ pub struct FeedRow {
     pub badge: &'static str,
     pub anomaly: &'static str,
     pub latency: String,
-    pub detail: String,
-    pub fix: String,
+    /// What this probe found: its own `detail` and latency (decisions.md §15), never the
+    /// stream's current `lastAction`, which the JSON feed's `fix` repeats on every item.
+    pub found: String,
     pub action: &'static str,
 }
 
@@ -48,8 +49,7 @@ impl From<AgentItem> for FeedRow {
             },
             anomaly: a.anomaly_class.as_str(),
             latency: fmt::ms(Some(a.latency_ms as f64)),
-            detail: a.detail,
-            fix: a.fix,
+            found: format!("{} ({})", a.detail, fmt::ms(Some(a.latency_ms as f64))),
             action: a.action,
             stream_id: a.stream_id,
             stream_name: a.stream_name,

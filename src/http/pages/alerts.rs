@@ -244,15 +244,20 @@ pub async fn page(
                 selected: *m == analytics::Metric::PlaybackFailurePct,
             })
             .collect(),
-        channel_choices: channels
-            .iter()
-            .filter(|c| c.enabled.0)
-            .map(|c| Choice {
-                value: c.id.clone(),
-                label: format!("{} ({})", c.name, c.kind.as_str()),
-                selected: false,
-            })
-            .collect(),
+        channel_choices: {
+            // The rule forms start with the channel just added (`?channel=`, where the
+            // webhook's "Done" leads), or with the only one there is.
+            let enabled: Vec<_> = channels.iter().filter(|c| c.enabled.0).collect();
+            let only = enabled.len() == 1;
+            enabled
+                .into_iter()
+                .map(|c| Choice {
+                    value: c.id.clone(),
+                    label: format!("{} ({})", c.name, c.kind.as_str()),
+                    selected: only || q.last("channel") == Some(c.id.as_str()),
+                })
+                .collect()
+        },
     }))
 }
 

@@ -19,7 +19,7 @@ use crate::streams::summary::StreamFilter;
 use crate::time::now_ms;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
-/// Streams listed under "needs attention", failing first.
+/// Streams listed under "needs attention", down first.
 const ATTENTION_MAX: i64 = 10;
 
 /// One number tile; `chart` is the timeseries its sparkline draws.
@@ -35,9 +35,11 @@ pub struct Tile {
 struct OverviewPage {
     frame: Frame,
     now: When,
-    watching: String,
+    healthy: String,
     degraded: String,
-    failing: String,
+    down: String,
+    /// "3 not probed yet", or empty.
+    unprobed: String,
     total: i64,
     attention: Vec<StreamRow>,
     /// `None` when the telemetry store could not answer (shown, not a failed page).
@@ -117,17 +119,30 @@ pub async fn page(
 ) -> Result<Response, PageError> {
     let now = now_ms();
     let counts = state.streams.status_counts().await?;
-    let mut attention = Vec::new();
-    for status in [StreamStatus::Failing, StreamStatus::Degraded] {
+    // Down (not playable, whatever the status string) first, then the slow ones.
+    let mut attention: Vec<crate::streams::Stream> = Vec::new();
+    for filter in [
+        StreamFilter {
+            down: true,
+            ..StreamFilter::default()
+        },
+        StreamFilter {
+            status: Some(StreamStatus::Degraded),
+            ..StreamFilter::default()
+        },
+    ] {
         let (streams, _) = state
             .streams
             .search(&StreamFilter {
-                status: Some(status),
                 limit: ATTENTION_MAX,
-                ..StreamFilter::default()
+                ..filter
             })
             .await?;
-        attention.extend(streams);
+        for s in streams {
+            if !attention.iter().any(|a| a.id == s.id) {
+                attention.push(s);
+            }
+        }
     }
     attention.truncate(ATTENTION_MAX as usize);
     let attention = StreamRow::build(&state, attention, now).await?;
@@ -148,9 +163,13 @@ pub async fn page(
     Ok(render(&OverviewPage {
         frame: Frame::new(&user, Section::Overview),
         now: When::at(now),
-        watching: fmt::int(counts.watching),
+        healthy: fmt::int(counts.healthy),
         degraded: fmt::int(counts.degraded),
-        failing: fmt::int(counts.failing),
+        down: fmt::int(counts.down),
+        unprobed: match counts.unprobed {
+            0 => String::new(),
+            n => format!("{} not probed yet", fmt::int(n)),
+        },
         total: counts.total(),
         attention,
         tiles,

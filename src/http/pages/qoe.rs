@@ -53,6 +53,21 @@ const CHARTS: [(Metric, &str); 8] = [
     (Metric::ExitBeforeStartPct, "Exits before start (%)"),
 ];
 
+/// A metric as an operator calls it, with its unit (the breakdown's select and column).
+pub fn metric_name(m: Metric) -> &'static str {
+    match m {
+        Metric::Views => "Views",
+        Metric::PlaybackFailurePct => "Playback failures (%)",
+        Metric::StartupFailurePct => "Startup failures (%)",
+        Metric::ExitBeforeStartPct => "Exits before start (%)",
+        Metric::StartupTimeMs => "Startup time (ms)",
+        Metric::RebufferPct => "Rebuffering (%)",
+        Metric::RebufferFrequency => "Stalls per minute",
+        Metric::WatchTimeMs => "Watch time",
+        Metric::AvgBitrateKbps => "Average bitrate (kb/s)",
+    }
+}
+
 /// The range of the page and the query-string tail (`&filter=…`) every link keeps.
 pub struct Selection {
     pub range_param: String,
@@ -187,7 +202,10 @@ struct QoePage {
     metrics: Vec<Choice>,
     dimensions: Vec<Choice>,
     by_label: String,
+    /// The breakdown metric's wire name (`playbackFailurePct`), for the form.
     metric_label: String,
+    /// The same, as an operator calls it ("Playback failures (%)").
+    metric_name: &'static str,
     breakdown: Vec<BreakdownRow>,
     breakdown_csv: String,
     views_link: String,
@@ -341,7 +359,7 @@ pub async fn page(
             .iter()
             .map(|m| Choice {
                 value: m.as_str().to_owned(),
-                label: m.as_str().to_owned(),
+                label: metric_name(*m).to_owned(),
                 selected: *m == metric,
             })
             .collect(),
@@ -350,6 +368,7 @@ pub async fn page(
             .find(|(v, _)| *v == by_name)
             .map_or(by_name.clone(), |(_, l)| (*l).to_owned()),
         metric_label: metric.as_str().to_owned(),
+        metric_name: metric_name(metric),
         breakdown,
         breakdown_csv: format!(
             "/api/v1/qoe/breakdown?metric={}&by={}&{range_query}{}&limit=1000&format=csv",

@@ -94,7 +94,15 @@ impl StreamRow {
                     .map(|cells| strip_cells(cells, start))
                     .unwrap_or_default();
                 StreamRow {
-                    badge: Badge::of_status(s.status),
+                    // Before its first probe a stream is nothing yet, not "healthy".
+                    badge: if s.last_checked_at.is_none() {
+                        Badge {
+                            word: "not probed yet",
+                            class: "badge-neutral",
+                        }
+                    } else {
+                        Badge::of_status(s.status)
+                    },
                     uptime: fmt::pct(Some(s.uptime_pct)),
                     latency: fmt::ms(latencies.get(&s.id).map(|&ms| ms as f64)),
                     last_checked: s.last_checked_at.map(When::at),
@@ -163,7 +171,10 @@ pub async fn list(
     q: QueryPairs,
 ) -> Result<Response, PageError> {
     let text = q.last("q").map(str::trim).unwrap_or_default().to_owned();
-    let status = q.last("status").and_then(status_of_word);
+    let word = q.last("status").unwrap_or_default();
+    let status = status_of_word(word);
+    // `down`: not playable, whatever the status string (the overview's Down tile links here).
+    let down = word == "down";
     let page = q
         .last("page")
         .and_then(|p| p.parse::<i64>().ok())
@@ -172,6 +183,7 @@ pub async fn list(
     let filter = StreamFilter {
         text: (!text.is_empty()).then(|| text.clone()),
         status,
+        down,
         limit: PAGE_SIZE,
         offset: (page - 1) * PAGE_SIZE,
     };
@@ -187,20 +199,28 @@ pub async fn list(
         if let Some(s) = status {
             href.push_str(&format!("&status={}", Badge::of_status(s).word));
         }
+        if down {
+            href.push_str("&status=down");
+        }
         href
     };
     let first = filter.offset + 1;
     Ok(render(&StreamsPage {
         frame: Frame::new(&user, Section::Streams),
-        statuses: ["healthy", "degraded", "failing"]
-            .into_iter()
-            .map(|w| Choice {
-                value: w.to_owned(),
-                label: w.to_owned(),
-                selected: status.map(|s| Badge::of_status(s).word) == Some(w),
-            })
-            .collect(),
-        filtered: filter.text.is_some() || status.is_some(),
+        statuses: [
+            ("healthy", "healthy"),
+            ("degraded", "degraded"),
+            ("failing", "failing"),
+            ("down", "down (not playable)"),
+        ]
+        .into_iter()
+        .map(|(w, label)| Choice {
+            value: w.to_owned(),
+            label: label.to_owned(),
+            selected: word == w && (down || status.is_some()),
+        })
+        .collect(),
+        filtered: filter.text.is_some() || status.is_some() || down,
         showing: if shown == 0 {
             String::new()
         } else {

@@ -2,10 +2,19 @@
 //! answer and is never shown again, so it goes straight into the page from a `<template>` —
 //! never into storage or the URL — and takes the focus, so it is seen and read out.
 
+import { fillUrl } from './forms/url-template';
 import { localizeTimes } from './local-time';
 
-/** Fills every `[data-field="name"]` in `root` from the body: inputs by value, times by datetime. */
+/**
+ * Fills every `[data-field="name"]` in `root` from the body: inputs by value, times by datetime,
+ * others by text; and every link's `data-field-href` template (`/app/alerts?channel={id}`) into
+ * its `href` (same origin only, values URL-encoded).
+ */
 export function fillFields(root: ParentNode, body: Record<string, unknown>): void {
+  root.querySelectorAll<HTMLAnchorElement>('a[data-field-href]').forEach((a) => {
+    const url = fillUrl(a.dataset.fieldHref ?? '', body, location.href);
+    if (url) a.href = url;
+  });
   root.querySelectorAll<HTMLElement>('[data-field]').forEach((el) => {
     const v = body[el.dataset.field ?? ''];
     const text = v == null ? '' : String(v);

@@ -66,12 +66,20 @@ export function formatInstant(unixSeconds: number, timeZone?: string, locale?: s
 
 /**
  * Time-axis tick labels in the viewer's zone and locale (uPlot's own use a fixed English
- * 12-hour form): dates when ticks are a day or more apart, else times, with the date added
- * on the first tick and wherever the day changes.
+ * 12-hour form): dates when ticks are a day or more apart, else times (to the second when
+ * ticks are under a minute apart), with the date added on the first tick and wherever the
+ * day changes. No two neighbouring labels read the same.
  */
 export function timeTicks(splits: number[], incrSeconds: number, timeZone?: string, locale?: string): string[] {
   const date = new Intl.DateTimeFormat(locale, { month: 'short', day: 'numeric', timeZone });
-  const time = new Intl.DateTimeFormat(locale, { hour: 'numeric', minute: '2-digit', timeZone });
+  // Ticks under a minute apart (probes seconds apart, one probe's ±5 min) need the seconds,
+  // else neighbours read the same ("4:30 PM", "4:30 PM").
+  const time = new Intl.DateTimeFormat(locale, {
+    hour: 'numeric',
+    minute: '2-digit',
+    ...(incrSeconds < 60 ? { second: '2-digit' as const } : {}),
+    timeZone,
+  });
   if (incrSeconds >= 86400) return splits.map((s) => date.format(s * 1000));
   let lastDay = '';
   return splits.map((s) => {

@@ -21,7 +21,8 @@ function xAxis(theme: ChartTheme): uPlot.Axis {
     stroke: theme.text,
     grid: { stroke: theme.grid, width: 1 },
     ticks: { stroke: theme.grid, width: 1 },
-    space: 70,
+    // Labels with seconds (ticks under a minute apart, when the range is a few minutes) are wider.
+    space: (_u, _axis, min, max) => (max - min < 1200 ? 100 : 70),
     values: (_u, splits, _axis, _space, incr) => timeTicks(splits, incr),
   };
 }
@@ -65,16 +66,32 @@ const fromZero: uPlot.Scale = { range: (_u, _min, max) => [0, max > 0 ? max * 1.
 
 /**
  * A time scale that stays readable with a single instant (one probe, one bucket): five
- * minutes on each side instead of uPlot's degenerate years-wide axis.
+ * minutes on each side instead of uPlot's degenerate axis. (uPlot widens a lone x value to
+ * 1,000 days before asking this range, so the data is read, not min and max: that axis read
+ * "May 1, Nov 1, May 1" with the probe at its left edge.)
  */
 const pointTime: uPlot.Scale = {
   time: true,
-  range: (_u, min, max) => (min === max ? [min - 300, max + 300] : [min, max]),
+  range: (u, min, max) => {
+    const xs = u.data[0];
+    const only = xs.length > 0 && xs[0] === xs[xs.length - 1] ? xs[0] : null;
+    return only === null ? [min, max] : [only - 300, only + 300];
+  },
 };
 
-/** Draws the points of a line series that has fewer than two values (no line to see). */
-const fewPoints = (u: uPlot, si: number): boolean =>
-  (u.data[si] as (number | null | undefined)[]).filter((v) => v !== null && v !== undefined).length < 2;
+/**
+ * The values of a line series with no value on either side (one non-empty bucket on a new
+ * install): a line needs two points, so these are drawn as dots, also where uPlot hides the
+ * points of a dense series. Where uPlot shows every point anyway, nothing to add.
+ */
+export const lonePoints = (u: uPlot, si: number, show: boolean): number[] | null => {
+  if (show) return null;
+  const ys = u.data[si] as (number | null | undefined)[];
+  const has = (i: number): boolean => ys[i] !== null && ys[i] !== undefined;
+  const lone: number[] = [];
+  for (let i = 0; i < ys.length; i++) if (has(i) && !has(i - 1) && !has(i + 1)) lone.push(i);
+  return lone.length > 0 ? lone : null;
+};
 
 /**
  * The time scale of a chart with bars: half a bucket more on each side, so the first and last
@@ -112,7 +129,7 @@ export function timeseriesOptions(model: TimeseriesModel, theme: ChartTheme, siz
     stroke: theme.line,
     width: 2,
     spanGaps: false,
-    points: { size: 5, fill: theme.line },
+    points: { size: 7, fill: theme.line, filter: lonePoints },
     value: shown((v) => formatMetric(metric, v)),
   });
   return { ...size, series, axes, scales: { x: metric === 'views' ? pointTime : barTime, y: fromZero, views: fromZero } };
@@ -129,10 +146,11 @@ export function sparklineOptions(model: TimeseriesModel, theme: ChartTheme, size
     ...size,
     legend: { show: false },
     cursor: { show: false },
-    padding: [4, 0, 4, 0],
+    // Room on every side for a whole dot: the newest bucket, often the only one, is at the edge.
+    padding: [4, 4, 4, 4],
     axes: [{ show: false }, { show: false }],
     scales: { x: pointTime, y: fromZero },
-    series: [{}, { stroke: theme.line, fill: theme.lineFill, width: 2, spanGaps: false, points: { show: fewPoints, size: 6, fill: theme.line } }],
+    series: [{}, { stroke: theme.line, fill: theme.lineFill, width: 2, spanGaps: false, points: { show: false, size: 6, fill: theme.line, filter: lonePoints } }],
   };
 }
 
@@ -172,7 +190,7 @@ export function timelineOptions(model: TimelineModel, theme: ChartTheme, size: S
     width: 2.5,
     dash,
     spanGaps: false,
-    points: { size: 5, fill: color },
+    points: { size: 7, fill: color, filter: lonePoints },
     value: shown((v) => formatMetric(metric, v)),
   });
   // Values an operator wants at the cursor but that have no axis of their own here: listed in

@@ -6,6 +6,7 @@ import { announce } from '../announce';
 import { confirmAction } from '../confirm-dialog';
 import { reveal } from '../key-reveal';
 import { splitFailure } from './api-errors';
+import { refreshParts } from './refresh';
 import type { Failure } from './api-errors';
 import { sendJson } from './api-request';
 import { clearErrors, controlsNamed, formErrorElement, showFieldError } from './field-errors';
@@ -46,6 +47,7 @@ function succeed(source: Source, status: number, body: unknown): boolean {
   if (source instanceof HTMLFormElement && d.reveal) {
     // Never fall through to a reload here: it would lose a raw key that is shown only once.
     if (!reveal(source, body)) formErrorElement(source).textContent = 'Done, but this page cannot show the result.';
+    else if (d.refresh) void refreshParts(d.refresh);
     return false;
   }
   if (d.redirect) {
@@ -55,7 +57,10 @@ function succeed(source: Source, status: number, body: unknown): boolean {
       return true;
     }
   }
-  if ('stay' in d) return false;
+  if ('stay' in d) {
+    if (d.refresh) void refreshParts(d.refresh);
+    return false;
+  }
   location.reload();
   return true;
 }

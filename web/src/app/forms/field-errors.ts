@@ -36,6 +36,7 @@ export function formErrorElement(form: HTMLFormElement): HTMLElement {
     el.dataset.formError = '';
     form.prepend(el);
   }
+  el.classList.add('form-error');
   el.setAttribute('role', 'alert');
   return el;
 }

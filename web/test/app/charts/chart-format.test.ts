@@ -37,6 +37,12 @@ describe('timeTicks', () => {
     const splits = ['2026-11-23T16:00:00Z', '2026-11-23T17:00:00Z', '2026-11-23T18:00:00Z', '2026-11-23T19:00:00Z'].map(s);
     expect(timeTicks(splits, 3600, 'Asia/Kolkata', 'en-US')).toEqual(['9:30 PM\nNov 23', '10:30 PM', '11:30 PM', '12:30 AM\nNov 24']);
   });
+  it('shows seconds when ticks are under a minute apart, so no two labels repeat', () => {
+    const splits = [0, 10, 20, 30].map((d) => s('2026-11-23T11:00:00Z') + d);
+    const labels = timeTicks(splits, 10, 'UTC', 'en-US');
+    expect(labels).toEqual(['11:00:00 AM\nNov 23', '11:00:10 AM', '11:00:20 AM', '11:00:30 AM']);
+    expect(new Set(labels).size).toBe(labels.length);
+  });
   it('shows dates when ticks are days apart', () => {
     expect(timeTicks([s('2026-11-23T12:00:00Z'), s('2026-11-24T12:00:00Z')], 86400, 'UTC', 'en-US')).toEqual(['Nov 23', 'Nov 24']);
   });

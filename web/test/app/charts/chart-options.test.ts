@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { latencyModel, timelineModel, timeseriesModel } from '../../../src/app/charts/chart-data';
 import {
   latencyOptions,
+  lonePoints,
   sparklineColumns,
   sparklineOptions,
   timelineOptions,
@@ -36,5 +37,17 @@ describe('series match columns', () => {
 
   it('never asks for a plot wider than given', () => {
     expect(timelineOptions(timelineModel({ items: [] }), theme, size).width).toBe(343);
+  });
+});
+
+describe('lonePoints', () => {
+  const plot = (ys: (number | null)[]) => ({ data: [ys.map((_, i) => i), ys] }) as unknown as Parameters<typeof lonePoints>[0];
+  it('marks values with no neighbour, which a line cannot draw', () => {
+    expect(lonePoints(plot([null, null, 3]), 1, false)).toEqual([2]);
+    expect(lonePoints(plot([4, null, 3, 5, null, null, 1, null]), 1, false)).toEqual([0, 6]);
+    expect(lonePoints(plot([1, 2, 3]), 1, false)).toBeNull();
+  });
+  it('adds nothing where every point is shown anyway', () => {
+    expect(lonePoints(plot([null, 3, null]), 1, true)).toBeNull();
   });
 });

@@ -84,6 +84,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/sqlite/0004_probe_timeline.sql"),
     },
     Migration {
+        version: 5,
+        name: "alerts hardening",
+        sql: include_str!("../migrations/sqlite/0005_alerts_hardening.sql"),
+    },
+    Migration {
         version: 6,
         name: "team",
         sql: include_str!("../migrations/sqlite/0006_team.sql"),
@@ -110,6 +115,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "probe timeline",
         sql: include_str!("../migrations/postgres/0004_probe_timeline.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "alerts hardening",
+        sql: include_str!("../migrations/postgres/0005_alerts_hardening.sql"),
     },
     Migration {
         version: 6,
@@ -255,6 +265,34 @@ impl Db {
                 }
             }
         }
+    }
+
+    /// The same database through a pool of one connection, migrated and ready: for tests of
+    /// statements that must work whatever that connection prepared before (PostgreSQL keeps
+    /// the parameter types a connection first prepared a statement with).
+    #[doc(hidden)]
+    pub async fn with_one_connection(&self) -> Result<Db, DbError> {
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    if conn.backend_name() == "SQLite" {
+                        conn.execute("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;")
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&self.url)
+            .await?;
+        Ok(Db {
+            pool,
+            engine: self.engine,
+            ready: Arc::new(AtomicBool::new(true)),
+            cause: Arc::default(),
+            url: Arc::clone(&self.url),
+        })
     }
 
     /// A round trip for readiness, bounded by [`ACQUIRE_TIMEOUT`].

@@ -7,7 +7,8 @@
 //! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
 //! * [`ssrf`] — the guard shared by registration and every probe.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
-//! * [`data_dir`] — the data dir's lock: one server per `STREAMWATCH_DATA_DIR`.
+//! * [`data_dir`] — the data dir: its lock (one server per `STREAMWATCH_DATA_DIR`) and its
+//!   permissions (0700, files 0600).
 //! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations;
 //!   [`create_database`] makes a missing PostgreSQL database.
 //! * [`metrics`] — Prometheus metrics: recorder, `/metrics`, request tracking, sampled gauges.

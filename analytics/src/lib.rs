@@ -42,5 +42,5 @@ pub use query::{
     QueryErrors, StreamIds, TimeRange, TimelineQuery, TimeseriesQuery, ViewsQuery,
 };
 pub use refresh::{RefreshConfig, RefreshStats, Refresher};
-pub use store::{AnalyticsError, Store};
+pub use store::{AnalyticsError, EventCursor, EventsPage, PageLimits, Store};
 pub use view::{Fold, View};

@@ -31,10 +31,10 @@ const MAX_QUERY_SIZE: &str = "67108864";
 /// The ClickHouse engine.
 #[derive(Clone)]
 pub(crate) struct ChStore {
-    client: Client,
+    pub(super) client: Client,
 }
 
-fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
+pub(super) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
     ingest::sink::clickhouse::classify_error(e).into()
 }
 

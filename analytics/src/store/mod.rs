@@ -14,6 +14,7 @@
 //! [`Store::guarded_by`] puts every read behind the telemetry store's circuit breaker.
 
 mod clickhouse;
+mod events_page;
 mod sql;
 mod sqlite;
 
@@ -33,6 +34,7 @@ use crate::response::{
 use crate::BreakdownQuery;
 
 pub(crate) use self::clickhouse::ChStore;
+pub use self::events_page::{EventCursor, EventsPage, PageLimits};
 pub(crate) use self::sqlite::SqliteStore;
 
 /// A failure of an analytics read or of the refresher. Whether retrying can help is a

@@ -26,10 +26,10 @@ const WATERMARK: &str = "views";
 /// The embedded engine.
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
-    sink: SqliteSink,
+    pub(super) sink: SqliteSink,
 }
 
-fn map_err(e: sqlx::Error) -> AnalyticsError {
+pub(super) fn map_err(e: sqlx::Error) -> AnalyticsError {
     ingest::sink::sqlite::classify_error(e).into()
 }
 

@@ -100,9 +100,21 @@ pub struct Config {
     #[arg(long, env = "STREAMWATCH_SECRET", hide_env_values = true, value_parser = parse_secret)]
     pub secret: Option<String>,
 
-    /// Comma-separated CIDRs the SSRF guard lets through (on-prem origins, tests).
+    /// Comma-separated CIDRs the SSRF guard lets probes through to (on-prem origins, tests).
     #[arg(long, env = "STREAMWATCH_ALLOW_PRIVATE", default_value = "", value_parser = parse_cidrs)]
     pub allow_private: CidrList,
+
+    /// Comma-separated CIDRs the SSRF guard lets alert channels through to (an on-prem
+    /// receiver); separate from probes' list so opening a network to probes does not open
+    /// it to every user's webhooks (decisions.md §14).
+    #[arg(long, env = "STREAMWATCH_ALERTS_ALLOW_PRIVATE", default_value = "", value_parser = parse_cidrs)]
+    pub alerts_allow_private: CidrList,
+
+    /// The address people reach the service at (e.g. `https://watch.example.com`). With
+    /// `https://`, the session cookie carries `Secure`; alert messages link to a stream's page
+    /// under it. Optional.
+    #[arg(long, env = "STREAMWATCH_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<PublicUrl>,
 
     /// Time between two probes of one stream (e.g. `30s`, `1m`).
     #[arg(long, env = "STREAMWATCH_PROBE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
@@ -175,6 +187,8 @@ impl fmt::Debug for Config {
             .field("clickhouse_password", &"<redacted>")
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .field("allow_private", &self.allow_private)
+            .field("alerts_allow_private", &self.alerts_allow_private)
+            .field("public_url", &self.public_url)
             .field("probe_interval", &self.probe_interval)
             .field("probe_timeout", &self.probe_timeout)
             .field("slow_ms", &self.slow_ms)
@@ -269,7 +283,7 @@ fn parse_positive(s: &str) -> Result<u32, String> {
     }
 }
 
-/// HTTP connection limits (decisions.md §10). Fixed by the decision, so not flags; tests
+/// HTTP connection limits (decisions.md §10, §14). Fixed by the decision, so not flags; tests
 /// shorten them to observe them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HttpLimits {
@@ -279,6 +293,8 @@ pub struct HttpLimits {
     pub idle: Duration,
     /// A request body that sends no byte for this long is cut off.
     pub body: Duration,
+    /// A response the client takes no byte of for this long ends its connection.
+    pub write: Duration,
 }
 
 impl Default for HttpLimits {
@@ -287,7 +303,46 @@ impl Default for HttpLimits {
             header: Duration::from_secs(10),
             idle: Duration::from_secs(60),
             body: Duration::from_secs(30),
+            write: Duration::from_secs(30),
         }
+    }
+}
+
+/// `STREAMWATCH_PUBLIC_URL`: an absolute http(s) URL, kept without a trailing `/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicUrl(String);
+
+impl PublicUrl {
+    /// Reads `STREAMWATCH_PUBLIC_URL`'s value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        parse_public_url(s)
+    }
+
+    /// The URL without a trailing `/` (`https://watch.example.com`, or with a path prefix).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// True for `https://…`: the session cookie is then `Secure`.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+}
+
+fn parse_public_url(s: &str) -> Result<PublicUrl, String> {
+    let s = s.trim();
+    match url::Url::parse(s) {
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some()
+                && u.query().is_none()
+                && u.fragment().is_none() =>
+        {
+            Ok(PublicUrl(u.as_str().trim_end_matches('/').to_owned()))
+        }
+        _ => Err(format!(
+            "`{s}` is not an http(s) URL without query (e.g. https://watch.example.com)"
+        )),
     }
 }
 
@@ -298,6 +353,8 @@ pub struct AlertTiming {
     pub evaluate_every: Duration,
     /// Between two looks at the outbox for deliveries queued elsewhere or come due.
     pub sender_poll: Duration,
+    /// Timeout of one notification request (alerts.md §3: 10 s).
+    pub send_timeout: Duration,
 }
 
 impl Default for AlertTiming {
@@ -305,6 +362,7 @@ impl Default for AlertTiming {
         Self {
             evaluate_every: Duration::from_secs(30),
             sender_poll: Duration::from_secs(1),
+            send_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -458,6 +516,8 @@ mod tests {
         assert!(c.database_url.is_none());
         assert!(c.clickhouse_url.is_none());
         assert!(c.allow_private.0.is_empty());
+        assert!(c.alerts_allow_private.0.is_empty());
+        assert_eq!(c.public_url, None);
         assert_eq!(c.probe_interval, Duration::from_secs(30));
         assert_eq!(c.probe_timeout, Duration::from_secs(10));
         assert_eq!(c.slow_ms, 2000);
@@ -507,6 +567,15 @@ mod tests {
             (&["--max-connections", "many"][..], "--max-connections"),
             (&["--metrics-listen", "port 9"][..], "--metrics-listen"),
             (&["--log-format", "xml"][..], "--log-format"),
+            (
+                &["--alerts-allow-private", "10.0.0.0/33"][..],
+                "--alerts-allow-private",
+            ),
+            (&["--public-url", "watch.example.com"][..], "--public-url"),
+            (
+                &["--public-url", "ftp://watch.example.com"][..],
+                "--public-url",
+            ),
         ] {
             let err = parse(args).expect_err("must be refused");
             assert!(err.contains(needle), "{err}");
@@ -524,6 +593,20 @@ mod tests {
         .expect("parses");
         assert_eq!(c.allow_private.0.len(), 3);
         assert_eq!(c.auth_rate_limit, RateLimit::Off);
+        let c = parse(&[
+            "--alerts-allow-private",
+            "10.0.0.0/8",
+            "--public-url",
+            "https://watch.example.com/",
+        ])
+        .expect("parses");
+        assert_eq!(c.alerts_allow_private.0.len(), 1);
+        assert!(c.allow_private.0.is_empty(), "probes' list is separate");
+        let public = c.public_url.expect("public url");
+        assert_eq!(public.as_str(), "https://watch.example.com");
+        assert!(public.is_https());
+        let plain = parse(&["--public-url", "http://10.1.2.3:8080/watch"]).expect("parses");
+        assert!(!plain.public_url.expect("public url").is_https());
     }
 
     #[test]

@@ -209,6 +209,34 @@ impl Db {
         Ok(())
     }
 
+    /// The same database through a pool of one connection, migrated and ready: for tests of
+    /// statements that must work whatever that connection prepared before (PostgreSQL keeps
+    /// the parameter types a connection first prepared a statement with).
+    #[doc(hidden)]
+    pub async fn with_one_connection(&self) -> Result<Db, DbError> {
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    if conn.backend_name() == "SQLite" {
+                        conn.execute("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;")
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&self.url)
+            .await?;
+        Ok(Db {
+            pool,
+            engine: self.engine,
+            ready: Arc::new(AtomicBool::new(true)),
+            cause: Arc::default(),
+            url: Arc::clone(&self.url),
+        })
+    }
+
     /// A round trip for readiness, bounded by [`ACQUIRE_TIMEOUT`].
     pub async fn ping(&self) -> Result<(), String> {
         if !self.is_ready() {

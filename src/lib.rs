@@ -11,7 +11,8 @@
 //! * [`ratelimit`] — the per-client limit of the auth routes.
 //! * [`states`] — the closed sets of the wire (statuses, agent state, severity, anomaly class).
 //! * [`time`], [`validation`] — epoch-ms timestamps and ids; zod-style field checks.
-//! * [`data_dir`] — the data dir's lock: one server per `STREAMWATCH_DATA_DIR`.
+//! * [`data_dir`] — the data dir: its lock (one server per `STREAMWATCH_DATA_DIR`) and its
+//!   permissions (0700, files 0600).
 //! * [`db`] — the relational pool (PostgreSQL or embedded SQLite) and its migrations (the
 //!   one runner of the `migrate` crate); [`create_database`] makes a missing PostgreSQL
 //!   database.

@@ -66,7 +66,7 @@ impl Server {
         // First, so everything built below records into it. Without a metrics listener no
         // recorder is installed and every metric call is a no-op (nothing to pay for).
         let metrics = config.metrics_listen.0.map(|_| crate::metrics::install());
-        std::fs::create_dir_all(&config.data_dir).with_context(|| {
+        crate::data_dir::create(&config.data_dir).with_context(|| {
             format!(
                 "cannot create STREAMWATCH_DATA_DIR {}",
                 config.data_dir.display()
@@ -74,6 +74,7 @@ impl Server {
         })?;
         // Before anything writes into the dir (decisions.md §15).
         let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
+        prepare_databases(&config)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
             .await
@@ -81,6 +82,13 @@ impl Server {
         let guard = Guard::with_system_resolver(config.allow_private.0.clone())
             .context("cannot set up the DNS resolver")?;
         let (sink, connect, analytics, live, refused) = open_sink(&config).await?;
+        // The databases are open: their WAL and shared-memory files exist now.
+        crate::data_dir::tighten(&config.data_dir).with_context(|| {
+            format!(
+                "cannot set the permissions of STREAMWATCH_DATA_DIR {}",
+                config.data_dir.display()
+            )
+        })?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             database = ?db.engine,
@@ -93,7 +101,15 @@ impl Server {
         let supervised = sink.clone();
         let keys = Keys::new(db.clone());
         let (key_cache, touch_rx) = KeyCache::new(keys.clone(), db.engine);
-        let alerts = crate::alerts::Alerts::new(db.clone(), &secret, Arc::new(guard.clone()));
+        // Alert targets have their own allow-list (decisions.md §14).
+        let alert_guard = Guard::with_system_resolver(config.alerts_allow_private.0.clone())
+            .context("cannot set up the DNS resolver")?;
+        let alerts = crate::alerts::Alerts::new(
+            db.clone(),
+            &secret,
+            Arc::new(alert_guard),
+            config.public_url.as_ref().map(|u| u.as_str().to_owned()),
+        );
         let state = Arc::new(AppState {
             alerts: alerts.clone(),
             accounts: Accounts::new(db.clone(), &secret)?,
@@ -103,6 +119,7 @@ impl Server {
             key_cache: key_cache.clone(),
             rate: RateLimiter::new(config.auth_rate_limit),
             signup: config.signup,
+            secure_cookies: config.public_url.as_ref().is_some_and(|u| u.is_https()),
             slow_ms: config.slow_ms,
             intake: crate::telemetry::Intake::new(
                 writer.handle(),
@@ -148,10 +165,19 @@ impl Server {
                     alerts.clone(),
                     crate::alerts::sender::SenderConfig {
                         poll: config.alert_timing.sender_poll,
+                        timeout: config.alert_timing.send_timeout,
                         ..Default::default()
                     },
                     stop.clone(),
                 )),
+            ),
+        );
+        tasks.service(
+            "alert delivery retention",
+            once_ready(
+                &db,
+                &stop,
+                ok(crate::alerts::retention::run(alerts.clone(), stop.clone())),
             ),
         );
         tasks.service(
@@ -223,9 +249,16 @@ impl Server {
                     format!("cannot listen on STREAMWATCH_METRICS_LISTEN {addr}")
                 })?;
                 let bound = metrics_listener.local_addr()?;
+                // The API's header, idle and write limits, and a small connection cap: a
+                // scraper needs one connection, an attacker on the network gets 64.
                 tasks.service(
                     "metrics listener",
-                    crate::http::metrics::serve(metrics_listener, metrics, stop.clone()),
+                    crate::http::metrics::serve(
+                        metrics_listener,
+                        metrics,
+                        config.http_limits,
+                        stop.clone(),
+                    ),
                 );
                 tracing::info!(addr = %bound, "metrics listening");
                 Some(bound)
@@ -380,12 +413,21 @@ pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
     check_name(&add.name).map_err(|p| anyhow::anyhow!("--name {p}"))?;
     let mut config = Config::defaults(&add.data_dir);
     config.database_url = add.database_url;
-    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+    crate::data_dir::create(&config.data_dir).with_context(|| {
         format!(
             "cannot create STREAMWATCH_DATA_DIR {}",
             config.data_dir.display()
         )
     })?;
+    if config.database_url.is_none() {
+        crate::data_dir::create_databases(&config.data_dir, &[crate::data_dir::RELATIONAL_DB])
+            .with_context(|| {
+                format!(
+                    "cannot create the database in STREAMWATCH_DATA_DIR {}",
+                    config.data_dir.display()
+                )
+            })?;
+    }
     let secret = load_secret(&config)?;
     let db = Db::connect(config.database_url.as_ref(), &config.data_dir)
         .await
@@ -463,6 +505,24 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
             Ok((sink, connect, store, None, None))
         }
     }
+}
+
+/// Creates the embedded databases the data dir will hold (0600) before SQLite opens them, so
+/// their WAL and shared-memory files are private too (decisions.md §14).
+fn prepare_databases(config: &Config) -> anyhow::Result<()> {
+    let mut databases = Vec::new();
+    if config.database_url.is_none() {
+        databases.push(crate::data_dir::RELATIONAL_DB);
+    }
+    if config.clickhouse_url.is_none() {
+        databases.push(crate::data_dir::TELEMETRY_DB);
+    }
+    crate::data_dir::create_databases(&config.data_dir, &databases).with_context(|| {
+        format!(
+            "cannot create the databases in STREAMWATCH_DATA_DIR {}",
+            config.data_dir.display()
+        )
+    })
 }
 
 /// The cookie-signing secret: configured, or generated once into `<data-dir>/secret`.

@@ -511,7 +511,7 @@ async fn look_alike_emails_and_bad_names_are_refused(app: TestApp) {
         assert_eq!(parts(r).await, bad_email, "sign-in {email:?}");
     }
     for (name, message) in [
-        ("", "[body.name] Too small: expected string to have >=1 characters"),
+        ("", "[body.name] String must contain at least 1 character(s)"),
         (
             &"n".repeat(121)[..],
             "[body.name] Too big: expected string to have <=120 characters",
@@ -574,7 +574,97 @@ async fn two_session_cookies_are_no_session(app: TestApp) {
     }
 }
 
+/// decisions.md §14: a session slides by 7 days when used, but ends 30 days after sign-in
+/// however active it is; the cookie's Max-Age never reaches past that.
+async fn sessions_end_thirty_days_after_sign_in_however_active(app: TestApp) {
+    let cookie = app.user("a@example.com").await;
+    let day = 24 * 3600 * 1000_i64;
+    let now = streamwatch::time::now_ms();
+    // Signed in 28 days ago, used every day since: it slides by two days, not seven.
+    sqlx::query("UPDATE sessions SET created_at = $1, updated_at = $2, expires_at = $3")
+        .bind(now - 28 * day)
+        .bind(now - 2 * day)
+        .bind(now + day)
+        .execute(&app.state.db.pool)
+        .await
+        .expect("age");
+    let r = app.get("/api/v1/streams", Some(&cookie)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let set = set_cookie_header(r.headers()).unwrap_or_default();
+    let max_age: i64 = set
+        .split("; ")
+        .find_map(|a| a.strip_prefix("Max-Age="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(i64::MAX);
+    assert!(max_age <= 2 * 24 * 3600 && max_age > 24 * 3600, "{set}");
+    let (expires, created): (i64, i64) = {
+        let r = sqlx::query("SELECT expires_at, created_at FROM sessions")
+            .fetch_one(&app.state.db.pool)
+            .await
+            .expect("row");
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(expires, created + 30 * day);
+    // Past 30 days: over, whatever its expiry says.
+    sqlx::query("UPDATE sessions SET created_at = $1, updated_at = $2, expires_at = $3")
+        .bind(now - 30 * day - 1000)
+        .bind(now - 3_600_000)
+        .bind(now + 6 * day)
+        .execute(&app.state.db.pool)
+        .await
+        .expect("age");
+    assert_eq!(
+        app.get("/api/v1/streams", Some(&cookie)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        parts(app.get("/api/auth/get-session", Some(&cookie)).await).await,
+        (StatusCode::OK, Value::Null)
+    );
+}
+
+/// decisions.md §14: with an https `STREAMWATCH_PUBLIC_URL` the session cookie (set, slid and
+/// cleared) carries `Secure`; over plain http it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cookie_is_secure_behind_an_https_public_url() {
+    for (public, secure) in [
+        (Some("https://watch.example.com"), true),
+        (Some("http://10.0.0.5:8080"), false),
+        (None, false),
+    ] {
+        let app = spawn_with(Engine::Sqlite, |c| {
+            c.public_url = public.map(|u| streamwatch::config::PublicUrl::parse(u).expect("url"));
+        })
+        .await;
+        let r = app
+            .post(
+                "/api/auth/sign-up/email",
+                None,
+                json!({ "name": "Ada", "email": "ada@example.com", "password": PW }),
+            )
+            .await;
+        let set = set_cookie_header(r.headers()).expect("cookie");
+        assert_eq!(
+            set.split("; ").any(|a| a == "Secure"),
+            secure,
+            "{public:?}: {set}"
+        );
+        let cookie = session_cookie_of(&r).expect("cookie");
+        let out = app
+            .post("/api/auth/sign-out", Some(&cookie), json!({}))
+            .await;
+        let cleared = set_cookie_header(out.headers()).expect("cleared");
+        assert_eq!(
+            cleared.split("; ").any(|a| a == "Secure"),
+            secure,
+            "{cleared}"
+        );
+        app.shutdown().await;
+    }
+}
+
 on_both_engines!(
+    sessions_end_thirty_days_after_sign_in_however_active,
     sign_in_and_sign_up_refuse_a_foreign_origin,
     look_alike_emails_and_bad_names_are_refused,
     two_session_cookies_are_no_session,

@@ -32,7 +32,9 @@ async fn spawn(engine: Engine) -> TestApp {
 async fn spawn_with_allow(engine: Engine, allow: &str) -> TestApp {
     let allow = allow.to_owned();
     spawn_quiet(engine, move |c| {
-        c.allow_private = streamwatch::config::CidrList(vec![allow.parse().expect("cidr")]);
+        let list = streamwatch::config::CidrList(vec![allow.parse().expect("cidr")]);
+        c.allow_private = list.clone();
+        c.alerts_allow_private = list;
         c.alert_timing.sender_poll = Duration::from_millis(50);
         // The tests evaluate QoE rules and reminders themselves.
         c.alert_timing.evaluate_every = Duration::from_secs(3600);
@@ -517,24 +519,33 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
     let ctx = setup(&app).await;
     let refused = Receiver::start_on("127.0.0.2").await;
     let ok = Receiver::start().await;
-    let moved = channel(
-        &app,
-        &ctx.cookie,
-        json!({ "name": "moved", "type": "webhook", "url": ok.url }),
-    )
-    .await;
-    sqlx::query("UPDATE alert_channels SET url = $1 WHERE id = $2")
-        .bind(&refused.url)
-        .bind(moved["id"].as_str().unwrap())
-        .execute(&app.state.db.pool)
-        .await
-        .unwrap();
-    let fine = channel(
-        &app,
-        &ctx.cookie,
-        json!({ "name": "fine", "type": "webhook", "url": ok.url }),
-    )
-    .await;
+    // A channel takes 10 tests and 10 resends a minute: the 50 rounds go to 5 channels of
+    // each kind, the 20 resends to two channels.
+    let mut moved = Vec::new();
+    let mut fine = Vec::new();
+    for i in 0..5 {
+        let m = channel(
+            &app,
+            &ctx.cookie,
+            json!({ "name": format!("moved {i}"), "type": "webhook", "url": ok.url }),
+        )
+        .await;
+        sqlx::query("UPDATE alert_channels SET url = $1 WHERE id = $2")
+            .bind(&refused.url)
+            .bind(m["id"].as_str().unwrap())
+            .execute(&app.state.db.pool)
+            .await
+            .unwrap();
+        moved.push(m);
+        fine.push(
+            channel(
+                &app,
+                &ctx.cookie,
+                json!({ "name": format!("fine {i}"), "type": "webhook", "url": ok.url }),
+            )
+            .await,
+        );
+    }
     let queued = |d: &Value| {
         (
             d["event"].clone(),
@@ -544,9 +555,9 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
             d["sentAt"].clone(),
         )
     };
-    let mut last = Value::Null;
+    let mut last = vec![Value::Null; 5];
     for round in 0..50 {
-        for ch in [&moved, &fine] {
+        for ch in [&moved[round / 10], &fine[round / 10]] {
             let (s, d) = post(
                 &app,
                 &ctx.cookie,
@@ -569,13 +580,13 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
                 ),
                 "round {round}: {d}"
             );
-            last = d;
+            last[round / 10] = d;
         }
     }
     // Each one was then attempted: the refused ones failed, the others were sent.
     let (_, log) = get(&app, &ctx.cookie, "/api/v1/alerts/deliveries?limit=100").await;
     for d in log["items"].as_array().unwrap() {
-        let want = if d["channelId"] == moved["id"] {
+        let want = if moved.iter().any(|m| d["channelId"] == m["id"]) {
             "failed"
         } else {
             "sent"
@@ -592,7 +603,7 @@ async fn a_test_and_a_resend_answer_the_delivery_as_queued(app: TestApp) {
             &ctx.cookie,
             &format!(
                 "/api/v1/alerts/deliveries/{}/resend",
-                last["id"].as_str().unwrap()
+                last[3 + round / 10]["id"].as_str().unwrap()
             ),
             json!({}),
         )
@@ -1254,6 +1265,974 @@ async fn a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views(app
     app.shutdown().await;
 }
 
+// ---------------------------------------------------------------- hardening, round 2
+
+/// The signed-in user's id.
+async fn user_id(app: &TestApp, cookie: &str) -> String {
+    let (_, s) = get(app, cookie, "/api/auth/get-session").await;
+    s["user"]["id"].as_str().unwrap().to_owned()
+}
+
+/// Finding 3 (decisions.md §14): streams are shared and anyone may delete one; the rules other
+/// users bound to it stay listed, disabled with `disabledReason: "stream deleted"`, and their
+/// open incidents resolve, notified as `incident.resolved` with the detail `stream deleted`.
+async fn deleting_a_stream_disables_every_users_rules_on_it_and_resolves_them(app: TestApp) {
+    let ctx = setup(&app).await;
+    let bob = app.user("bob@example.com").await;
+    let hook = Receiver::start().await;
+    let ch = channel(
+        &app,
+        &bob,
+        json!({ "name": "h", "type": "webhook", "url": hook.url, "groupWindow": "0s" }),
+    )
+    .await;
+    let bound = rule(&app, &bob, json!({ "name": "this stream", "kind": "stream", "streamId": ctx.stream_id, "failAfter": 1, "channelIds": [ch["id"]] })).await;
+    let every = rule(&app, &bob, json!({ "name": "every stream", "kind": "stream", "failAfter": 1, "channelIds": [ch["id"]] })).await;
+    assert_eq!(bound["disabledReason"], Value::Null);
+    ctx.probe(&ctx.stream_id, false).await;
+    hook.wait_for(2, LIMIT).await;
+
+    // The user who registered the stream deletes it.
+    let s = app
+        .delete(
+            &format!("/api/v1/streams/{}", ctx.stream_id),
+            Some(&ctx.cookie),
+        )
+        .await
+        .status();
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let got = hook.wait_for(4, LIMIT).await;
+    let resolved: Vec<Value> = got
+        .iter()
+        .map(Received::json)
+        .filter(|b| b["type"] == "incident.resolved")
+        .collect();
+    assert_eq!(resolved.len(), 2, "{got:?}");
+    for b in &resolved {
+        let i = &b["data"]["incidents"][0];
+        assert_eq!(i["detail"], "stream deleted");
+        assert_eq!(i["state"], "resolved");
+        assert_eq!(i["streamId"], json!(ctx.stream_id));
+    }
+
+    let (_, rules) = get(&app, &bob, "/api/v1/alerts/rules").await;
+    let find = |id: &Value| {
+        rules["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == *id)
+            .cloned()
+            .unwrap()
+    };
+    let kept = find(&bound["id"]);
+    assert_eq!(
+        (
+            kept["enabled"].clone(),
+            kept["disabledReason"].clone(),
+            kept["streamId"].clone()
+        ),
+        (json!(false), json!("stream deleted"), json!(ctx.stream_id))
+    );
+    let other = find(&every["id"]);
+    assert_eq!(
+        (other["enabled"].clone(), other["disabledReason"].clone()),
+        (json!(true), Value::Null)
+    );
+    let (_, incidents) = get(&app, &bob, "/api/v1/alerts/incidents").await;
+    assert!(incidents["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["state"] == "resolved"));
+
+    // Back on only with a stream that exists; renaming is fine meanwhile.
+    let path = format!("/api/v1/alerts/rules/{}", bound["id"].as_str().unwrap());
+    let (s, b) = parts(
+        app.patch(&path, Some(&bob), json!({ "enabled": true }))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "streamId": "Stream not found" } })
+        )
+    );
+    let (s, b) = parts(
+        app.patch(&path, Some(&bob), json!({ "name": "renamed" }))
+            .await,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(
+        (b["enabled"].clone(), b["disabledReason"].clone()),
+        (json!(false), json!("stream deleted"))
+    );
+    let fresh = app.stream(&bob, "http://127.0.0.1:9/other.m3u8").await;
+    let (s, b) = parts(
+        app.patch(
+            &path,
+            Some(&bob),
+            json!({ "streamId": fresh["id"], "enabled": true }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(
+        (b["enabled"].clone(), b["disabledReason"].clone()),
+        (json!(true), Value::Null)
+    );
+    app.shutdown().await;
+}
+
+/// Finding 4: a rule over every stream reports streams other users name. A stream named to
+/// ping and phish reaches Slack escaped, Discord escaped and with no mentions allowed, and
+/// PagerDuty as plain text; the only link is the service's own page of the stream.
+async fn markup_in_stream_names_reaches_chat_as_text(app: TestApp) {
+    let ctx = setup(&app).await;
+    let mallory = app.user("mallory@example.com").await;
+    let hostile = "<!channel> @everyone <https://evil.example/login|Sign in again> [Sign in](https://evil.example)";
+    let (s, evil) = post(
+        &app,
+        &mallory,
+        "/api/v1/streams",
+        json!({ "sourceUrl": "http://127.0.0.1:9/evil.m3u8", "name": hostile }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{evil}");
+    let evil_id = evil["id"].as_str().unwrap();
+    let (slack, discord, pd) = (
+        Receiver::start().await,
+        Receiver::start().await,
+        Receiver::start().await,
+    );
+    let mut ids = Vec::new();
+    for body in [
+        json!({ "name": "s", "type": "slack", "url": slack.url, "groupWindow": "0s" }),
+        json!({ "name": "d", "type": "discord", "url": discord.url, "groupWindow": "0s" }),
+        json!({ "name": "p", "type": "pagerduty", "url": pd.url, "routingKey": "R0123456789abcd", "groupWindow": "0s" }),
+    ] {
+        ids.push(channel(&app, &ctx.cookie, body).await["id"].clone());
+    }
+    rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "any stream", "kind": "stream", "failAfter": 1, "channelIds": ids }),
+    )
+    .await;
+    ctx.probe(evil_id, false).await;
+    let link = format!("https://watch.example.com/app/streams/{evil_id}");
+
+    let text = slack.wait_for(1, LIMIT).await[0].json()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains(
+            "&lt;!channel&gt; @everyone &lt;https://evil.example/login|Sign in again&gt;"
+        ),
+        "{text}"
+    );
+    let (line, own_link) = text.rsplit_once(' ').unwrap();
+    assert_eq!(own_link, format!("<{link}|open>"), "{text}");
+    assert!(
+        !line.contains('<') && !line.contains('>'),
+        "no markup from the name: {text}"
+    );
+
+    let body = discord.wait_for(1, LIMIT).await[0].json();
+    assert_eq!(body["allowed_mentions"], json!({ "parse": [] }));
+    let content = body["content"].as_str().unwrap();
+    assert!(
+        content.contains(r"\[Sign in\]\(https://evil.example\)"),
+        "no masked link: {content}"
+    );
+    assert!(content.ends_with(&format!(" <{link}>")), "{content}");
+
+    let event = pd.wait_for(1, LIMIT).await[0].json();
+    let summary = event["payload"]["summary"].as_str().unwrap();
+    assert!(summary.contains(hostile), "plain text: {summary}");
+    assert!(summary.chars().count() <= 1024);
+    assert_eq!(event["links"][0]["href"], json!(link));
+    app.shutdown().await;
+}
+
+async fn spawn_public(engine: Engine) -> TestApp {
+    spawn_quiet(engine, |c| {
+        c.public_url =
+            Some(streamwatch::config::PublicUrl::parse("https://watch.example.com/").expect("url"));
+        c.alert_timing.sender_poll = Duration::from_millis(50);
+        c.alert_timing.evaluate_every = Duration::from_secs(3600);
+    })
+    .await
+}
+
+/// Finding 5: one tenant's silent receivers never delay another's deliveries. Five channels
+/// to receivers that never answer get ten tests each (the eleventh is refused); they hold
+/// at most 4 requests per channel and 16 for the user, and another user's test delivery
+/// arrives while all 16 are still held (before any of them could time out). Resends are
+/// limited the same way.
+async fn a_silent_receiver_never_delays_another_channel(app: TestApp) {
+    let attacker = app.user("tarpit@example.com").await;
+    let mut tarpits = Vec::new();
+    let mut channels = Vec::new();
+    for i in 0..5 {
+        let t = Receiver::start().await;
+        t.hold();
+        channels.push(
+            channel(
+                &app,
+                &attacker,
+                json!({ "name": format!("tarpit {i}"), "type": "webhook", "url": t.url }),
+            )
+            .await,
+        );
+        tarpits.push(t);
+    }
+    for ch in &channels {
+        let path = format!(
+            "/api/v1/alerts/channels/{}/test",
+            ch["id"].as_str().unwrap()
+        );
+        for _ in 0..10 {
+            assert_eq!(
+                post(&app, &attacker, &path, json!({})).await.0,
+                StatusCode::ACCEPTED
+            );
+        }
+        let (s, b) = post(&app, &attacker, &path, json!({})).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST);
+        let message = b["errors"]["channel"].as_str().unwrap();
+        let wait: i64 = message
+            .strip_prefix("Too many test deliveries; try again in ")
+            .and_then(|m| m.strip_suffix(" s"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{message}"));
+        assert!((1..=60).contains(&wait), "{message}");
+    }
+    let held = || tarpits.iter().map(Receiver::arrivals).sum::<usize>();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    while held() < 16 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} requests reached the tarpits",
+            held()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for t in &tarpits {
+        assert!(
+            t.arrivals() <= 4,
+            "a channel held {} requests",
+            t.arrivals()
+        );
+    }
+
+    let victim = app.user("victim@example.com").await;
+    let good = Receiver::start().await;
+    let ch = channel(
+        &app,
+        &victim,
+        json!({ "name": "ok", "type": "webhook", "url": good.url }),
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    let test_path = format!(
+        "/api/v1/alerts/channels/{}/test",
+        ch["id"].as_str().unwrap()
+    );
+    let (s, d) = post(&app, &victim, &test_path, json!({})).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    good.wait_for(1, LIMIT).await;
+    let took = started.elapsed();
+    assert_eq!(
+        held(),
+        16,
+        "the user holds 16 requests and no slot of theirs freed meanwhile"
+    );
+    eprintln!("another channel's delivery took {took:?} while 16 requests were held by tarpits");
+
+    // Resends: ten a minute per channel.
+    let resend = format!(
+        "/api/v1/alerts/deliveries/{}/resend",
+        d["id"].as_str().unwrap()
+    );
+    for _ in 0..10 {
+        assert_eq!(
+            post(&app, &victim, &resend, json!({})).await.0,
+            StatusCode::ACCEPTED
+        );
+    }
+    let (s, b) = post(&app, &victim, &resend, json!({})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let message = b["errors"]["delivery"].as_str().unwrap();
+    assert!(
+        message.starts_with("Too many resends; try again in ") && message.ends_with(" s"),
+        "{message}"
+    );
+    // Resends do not count as tests.
+    assert_eq!(
+        post(&app, &victim, &test_path, json!({})).await.0,
+        StatusCode::ACCEPTED
+    );
+    for t in &tarpits {
+        t.release();
+    }
+    app.shutdown().await;
+}
+
+async fn spawn_patient(engine: Engine) -> TestApp {
+    spawn_quiet(engine, |c| {
+        c.alert_timing.sender_poll = Duration::from_millis(50);
+        c.alert_timing.evaluate_every = Duration::from_secs(3600);
+        // Held requests stay held for the whole test, however slow the machine.
+        c.alert_timing.send_timeout = Duration::from_secs(120);
+    })
+    .await
+}
+
+/// Finding 6: at most 50 channels and 200 rules per user; a failing probe under 200 rules
+/// over every stream opens 200 incidents, grouped into one delivery; deliveries and their
+/// attempts older than 30 days are purged.
+async fn rules_and_channels_are_capped_and_old_deliveries_purged(app: TestApp) {
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let first = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "c0", "type": "webhook", "url": hook.url, "groupWindow": "10m" }),
+    )
+    .await;
+    for i in 1..50 {
+        channel(
+            &app,
+            &ctx.cookie,
+            json!({ "name": format!("c{i}"), "type": "webhook", "url": hook.url }),
+        )
+        .await;
+    }
+    let (s, b) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/alerts/channels",
+        json!({ "name": "c50", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "name": "Channel limit reached (50)" } })
+        )
+    );
+    let mut last = Value::Null;
+    for i in 0..200 {
+        last = rule(&app, &ctx.cookie, json!({ "name": format!("r{i}"), "kind": "stream", "failAfter": 1, "channelIds": [first["id"]] })).await;
+    }
+    let over = json!({ "name": "r200", "kind": "stream", "channelIds": [first["id"]] });
+    let (s, b) = post(&app, &ctx.cookie, "/api/v1/alerts/rules", over.clone()).await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({ "errors": { "name": "Rule limit reached (200)" } })
+        )
+    );
+    // Per user: someone else is not affected.
+    let other = app.user("other@example.com").await;
+    channel(
+        &app,
+        &other,
+        json!({ "name": "mine", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+
+    ctx.probe(&ctx.stream_id, false).await;
+    let (_, incidents) = get(&app, &ctx.cookie, "/api/v1/alerts/incidents?limit=500").await;
+    assert_eq!(incidents["items"].as_array().unwrap().len(), 200);
+    let ds = deliveries(&app, &ctx.cookie).await;
+    assert_eq!(ds.len(), 1, "one group");
+    assert_eq!(ds[0]["incidentIds"].as_array().unwrap().len(), 200);
+
+    // A rule deleted frees a place.
+    let s = app
+        .delete(
+            &format!("/api/v1/alerts/rules/{}", last["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+        )
+        .await
+        .status();
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_eq!(
+        post(&app, &ctx.cookie, "/api/v1/alerts/rules", over)
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+
+    // Purge: a delivery created 31 days ago goes with its attempts; a recent one stays.
+    let old = ds[0]["id"].as_str().unwrap().to_owned();
+    fast_forward(&app, &old).await;
+    delivery_until(&app, &ctx.cookie, &old, |d| d["status"] == "sent").await;
+    let (_, recent) = post(
+        &app,
+        &ctx.cookie,
+        &format!(
+            "/api/v1/alerts/channels/{}/test",
+            first["id"].as_str().unwrap()
+        ),
+        json!({}),
+    )
+    .await;
+    sqlx::query("UPDATE alert_deliveries SET created_at = $1 WHERE id = $2")
+        .bind(now_ms() - 31 * 24 * 3600 * 1000)
+        .bind(&old)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    let purged = streamwatch::alerts::outbox::purge(&app.state.db, now_ms())
+        .await
+        .unwrap();
+    assert_eq!(purged, 1);
+    let left: Vec<String> = deliveries(&app, &ctx.cookie)
+        .await
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        !left.contains(&old) && left.contains(&recent["id"].as_str().unwrap().to_owned()),
+        "{left:?}"
+    );
+    let (attempts,): (i64,) = sqlx::query_as(
+        "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_attempts WHERE delivery_id = $1",
+    )
+    .bind(&old)
+    .fetch_one(&app.state.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(attempts, 0);
+    app.shutdown().await;
+}
+
+/// Reads every file of the data dir (SQLite: the database, its WAL and shared memory) or
+/// every alerts row (PostgreSQL) for `secrets`.
+async fn assert_no_secret_at_rest(app: &TestApp, secrets: &[&str]) {
+    let dir = app._dir.path().to_owned();
+    match app.engine {
+        Engine::Sqlite => {
+            // The pages the writes went to are in the WAL (or the file, once checkpointed).
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if !path.is_file() {
+                    continue;
+                }
+                let bytes = std::fs::read(&path).unwrap();
+                for secret in secrets {
+                    assert!(
+                        !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                        "{secret} found in {}",
+                        path.display()
+                    );
+                }
+            }
+            let wal = dir.join("streamwatch.db-wal");
+            assert!(wal.exists(), "the WAL was read");
+        }
+        Engine::Postgres => {
+            for table in [
+                "alert_channels",
+                "alert_deliveries",
+                "alert_attempts",
+                "alert_incidents",
+            ] {
+                let rows: Vec<(String,)> = sqlx::query_as(&format!(
+                    "SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"
+                ))
+                .fetch_all(&app.state.db.pool)
+                .await
+                .unwrap();
+                assert!(!rows.is_empty(), "{table}");
+                for (row,) in rows {
+                    for secret in secrets {
+                        assert!(!row.contains(secret), "{secret} in {table}: {row}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Finding 7: no channel secret or routing key rests in the clear. A PagerDuty key is added at
+/// send time (never in a stored body); Slack and Discord URLs are sealed, shown in full only
+/// in the creation's answer and masked in reads; a channel stored in the clear by an older
+/// version is sealed at start-up. On SQLite the database files and their WAL are read byte by
+/// byte; every file the service made in its data dir is 0600, the dir 0700.
+async fn channel_secrets_never_rest_in_the_clear(app: TestApp) {
+    let ctx = setup(&app).await;
+    let (pd, slack, discord) = (
+        Receiver::start().await,
+        Receiver::start().await,
+        Receiver::start().await,
+    );
+    let key = "R0123456789ROUTINGKEYwxyz";
+    let slack_url = format!("{}/T000/B000/SLACKSECRETslackxyz", slack.url);
+    let discord_url = format!("{}/1234/DISCORDSECRETdiscordxyz", discord.url);
+    let p = channel(&app, &ctx.cookie, json!({ "name": "p", "type": "pagerduty", "url": pd.url, "routingKey": key, "groupWindow": "0s" })).await;
+    let sl = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "s", "type": "slack", "url": slack_url, "groupWindow": "0s" }),
+    )
+    .await;
+    let di = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "d", "type": "discord", "url": discord_url, "groupWindow": "0s" }),
+    )
+    .await;
+    assert_eq!(sl["url"], json!(slack_url), "shown once, at creation");
+    let origin = slack.url.trim_end_matches("/hook").to_owned();
+    let (_, listed) = get(&app, &ctx.cookie, "/api/v1/alerts/channels").await;
+    let shown = |id: &Value| {
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == *id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(shown(&sl["id"])["url"], json!(format!("{origin}/…/****")));
+    assert_eq!(shown(&p["id"])["routingKey"], "…wxyz");
+    let text = listed.to_string();
+    assert!(
+        !text.contains("SLACKSECRET")
+            && !text.contains("DISCORDSECRET")
+            && !text.contains("ROUTINGKEY"),
+        "{text}"
+    );
+
+    rule(&app, &ctx.cookie, json!({ "name": "down", "kind": "stream", "failAfter": 1, "recoverAfter": 1, "channelIds": [p["id"], sl["id"], di["id"]] })).await;
+    ctx.probe(&ctx.stream_id, false).await;
+    ctx.probe(&ctx.stream_id, true).await;
+    let sent = pd.wait_for(2, LIMIT).await;
+    assert!(
+        sent.iter().all(|r| r.json()["routing_key"] == key),
+        "added at send time"
+    );
+    assert!(slack
+        .wait_for(2, LIMIT)
+        .await
+        .iter()
+        .all(|r| r.path.ends_with("/SLACKSECRETslackxyz")));
+    assert!(discord
+        .wait_for(2, LIMIT)
+        .await
+        .iter()
+        .all(|r| r.path.ends_with("/DISCORDSECRETdiscordxyz")));
+
+    assert_no_secret_at_rest(&app, &[key, "SLACKSECRET", "DISCORDSECRET"]).await;
+    let wal = app._dir.path().join("streamwatch.db-wal");
+    if app.engine == Engine::Sqlite {
+        assert!(
+            std::fs::metadata(&wal).unwrap().len() > 0,
+            "the deliveries' writes are in the WAL"
+        );
+    }
+
+    // A PATCHed URL is sealed too, and masked in the answer.
+    let moved = format!("{}/T000/B000/MOVEDSECRETslack", slack.url);
+    let (s, b) = parts(
+        app.patch(
+            &format!("/api/v1/alerts/channels/{}", sl["id"].as_str().unwrap()),
+            Some(&ctx.cookie),
+            json!({ "url": moved }),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["url"].clone()),
+        (StatusCode::OK, json!(format!("{origin}/…/****")))
+    );
+
+    // What an older version left in the clear is sealed at start-up.
+    let legacy = Receiver::start().await;
+    let legacy_url = format!("{}/LEGACYSECRETslack", legacy.url);
+    let owner = user_id(&app, &ctx.cookie).await;
+    sqlx::query("INSERT INTO alert_channels (id, user_id, name, type, url, group_window_ms, enabled, created_at) VALUES ('legacych', $1, 'old', 'slack', $2, 0, 1, 0)")
+        .bind(&owner)
+        .bind(&legacy_url)
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE channel_id = $2")
+        .bind(format!(
+            r#"[{{"routing_key":"{key}","event_action":"trigger"}}]"#
+        ))
+        .bind(p["id"].as_str().unwrap())
+        .execute(&app.state.db.pool)
+        .await
+        .unwrap();
+    app.state.alerts.seal_at_rest().await.unwrap();
+    let (s, _) = post(
+        &app,
+        &ctx.cookie,
+        "/api/v1/alerts/channels/legacych/test",
+        json!({}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert!(legacy.wait_for(1, LIMIT).await[0]
+        .path
+        .ends_with("/LEGACYSECRETslack"));
+
+    // Nothing rests in the clear after an older version's rows were sealed either.
+    assert_no_secret_at_rest(
+        &app,
+        &[
+            key,
+            "SLACKSECRET",
+            "DISCORDSECRET",
+            "MOVEDSECRET",
+            "LEGACYSECRET",
+        ],
+    )
+    .await;
+    let dir = app._dir.path().to_owned();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
+    app.shutdown().await;
+}
+
+/// Finding 8: `STREAMWATCH_ALLOW_PRIVATE` opens private networks to probes only; alert
+/// channels have their own `STREAMWATCH_ALERTS_ALLOW_PRIVATE`. A channel URL that is a URL
+/// but not http(s) gets the guard's message, as a stream's `sourceUrl` does.
+async fn alert_targets_have_their_own_allow_list(engine: Engine) {
+    let app = spawn_quiet(engine, |c| {
+        c.alerts_allow_private = streamwatch::config::CidrList::default();
+    })
+    .await;
+    let cookie = app.user("lists@example.com").await;
+    let hook = Receiver::start().await;
+    // Probes may reach the loopback origin...
+    app.stream(&cookie, &hook.url).await;
+    // ...alert channels may not.
+    for (url, message) in [
+        (
+            hook.url.as_str(),
+            "Hostname resolves to a private address (127.0.0.1)",
+        ),
+        ("ftp://example.com/hook", "Only http(s) URLs are allowed"),
+        ("not a url", "Must be a valid URL"),
+    ] {
+        let (s, b) = post(
+            &app,
+            &cookie,
+            "/api/v1/alerts/channels",
+            json!({ "name": "x", "type": "webhook", "url": url }),
+        )
+        .await;
+        assert_eq!(
+            (s, b),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": { "url": message } })
+            ),
+            "{url}"
+        );
+    }
+    let (_, b) = post(
+        &app,
+        &cookie,
+        "/api/v1/streams",
+        json!({ "sourceUrl": "ftp://example.com/x.m3u8" }),
+    )
+    .await;
+    assert_eq!(
+        b,
+        json!({ "errors": { "sourceUrl": "Only http(s) URLs are allowed" } })
+    );
+    assert_eq!(hook.connections(), 0);
+    app.shutdown().await;
+}
+
+mod own_allow_list {
+    use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        alert_targets_have_their_own_allow_list(Engine::Sqlite).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        alert_targets_have_their_own_allow_list(Engine::Postgres).await
+    }
+}
+
+mod fair_delivery {
+    use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        a_silent_receiver_never_delays_another_channel(spawn_patient(Engine::Sqlite).await).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        a_silent_receiver_never_delays_another_channel(spawn_patient(Engine::Postgres).await).await
+    }
+}
+
+mod escaped_chat {
+    use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        markup_in_stream_names_reaches_chat_as_text(spawn_public(Engine::Sqlite).await).await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        markup_in_stream_names_reaches_chat_as_text(spawn_public(Engine::Postgres).await).await
+    }
+}
+
+/// Finding 6, second half (PostgreSQL, where another connection can watch): rules are
+/// evaluated after the probe's transaction commits, each in a transaction of its own. With
+/// one rule's channel lock held elsewhere, that rule's transaction waits; meanwhile the probe
+/// and the other rule's incident are committed and visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_are_evaluated_after_the_probe_commits_one_transaction_each() {
+    let app = spawn(Engine::Postgres).await;
+    let ctx = setup(&app).await;
+    let hook = Receiver::start().await;
+    let free = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "free", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    let locked = channel(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "locked", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    let first = rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "first", "kind": "stream", "failAfter": 1, "channelIds": [free["id"]] }),
+    )
+    .await;
+    let second = rule(
+        &app,
+        &ctx.cookie,
+        json!({ "name": "second", "kind": "stream", "failAfter": 1, "channelIds": [locked["id"]] }),
+    )
+    .await;
+    // Transitions notifying a channel take its lock (outbox::notify): hold the second's.
+    let mut holder = app.state.db.pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
+        .bind(locked["id"].as_str().unwrap())
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let probes = ctx.probes.clone();
+    let stream_id = ctx.stream_id.clone();
+    let at = now_ms() - 1000;
+    let recording = tokio::spawn(async move {
+        probes
+            .record(&NewProbe {
+                stream_id,
+                status: ProbeStatus::Failing,
+                anomaly_class: AnomalyClass::ServerError,
+                latency_ms: 5,
+                http_status: Some(503),
+                detail: "HTTP 503".into(),
+                created_at: at,
+                playable: false,
+                last_action: "test".into(),
+                next_probe_at: at + 30_000,
+            })
+            .await
+    });
+    let count = |sql: &'static str, id: String| {
+        let pool = app.state.db.pool.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sql).bind(id).fetch_one(&pool).await.unwrap();
+            n
+        }
+    };
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let probes = count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM probes WHERE stream_id = $1",
+            ctx.stream_id.clone(),
+        )
+        .await;
+        let opened = count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1",
+            first["id"].as_str().unwrap().to_owned(),
+        )
+        .await;
+        if probes == 1 && opened == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the probe ({probes}) and the first rule ({opened}) never committed while the second waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!recording.is_finished(), "the second rule is still waiting");
+    assert_eq!(
+        count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1",
+            second["id"].as_str().unwrap().to_owned()
+        )
+        .await,
+        0
+    );
+    sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
+        .bind(locked["id"].as_str().unwrap())
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    drop(holder);
+    recording.await.unwrap().unwrap().expect("recorded");
+    assert_eq!(
+        count(
+            "SELECT CAST(COUNT(*) AS BIGINT) FROM alert_incidents WHERE rule_id = $1",
+            second["id"].as_str().unwrap().to_owned()
+        )
+        .await,
+        1
+    );
+    app.shutdown().await;
+}
+
+/// Finding 9: on PostgreSQL, every statement with a nullable bind works whatever a pooled
+/// connection prepared it with before. One connection (a pool of one) creates and changes a
+/// stream rule (threshold null) then a QoE rule (threshold set), and another connection the
+/// other way round; the list filters (null or set) go both ways too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nullable_binds_work_in_either_order_on_one_postgres_connection() {
+    use streamwatch::alerts::evaluate::IncidentFilter;
+    use streamwatch::alerts::outbox::DeliveryFilter;
+    use streamwatch::alerts::rules::RuleInput;
+    use streamwatch::states::{CompareOp, IncidentState, RuleKind};
+    let app = spawn(Engine::Postgres).await;
+    let cookie = app.user("binds@example.com").await;
+    let owner = user_id(&app, &cookie).await;
+    let hook = Receiver::start().await;
+    let ch = channel(
+        &app,
+        &cookie,
+        json!({ "name": "h", "type": "webhook", "url": hook.url }),
+    )
+    .await;
+    let channel_ids = Some(vec![ch["id"].as_str().unwrap().to_owned()]);
+    let stream_rule = RuleInput {
+        name: Some("stream".into()),
+        kind: Some(RuleKind::Stream),
+        channel_ids: channel_ids.clone(),
+        ..RuleInput::default()
+    };
+    let qoe_rule = RuleInput {
+        name: Some("qoe".into()),
+        kind: Some(RuleKind::Qoe),
+        metric: Some(analytics::Metric::PlaybackFailurePct),
+        op: Some(CompareOp::Above),
+        threshold: Some(5.5),
+        channel_ids,
+        ..RuleInput::default()
+    };
+    let guard =
+        std::sync::Arc::new(streamwatch::ssrf::Guard::with_system_resolver(vec![]).unwrap());
+    for stream_first in [true, false] {
+        let one = app.state.db.with_one_connection().await.unwrap();
+        let alerts = streamwatch::alerts::Alerts::new(one, &[7u8; 32], guard.clone(), None);
+        let order = if stream_first {
+            [&stream_rule, &qoe_rule]
+        } else {
+            [&qoe_rule, &stream_rule]
+        };
+        let mut made = Vec::new();
+        for input in order {
+            made.push(alerts.create_rule(&owner, input).await.expect("created"));
+        }
+        for r in &made {
+            let change = RuleInput {
+                name: Some(format!("{} again", r.name)),
+                ..RuleInput::default()
+            };
+            let changed = alerts
+                .update_rule(&owner, &r.id, &change)
+                .await
+                .expect("updated");
+            assert_eq!(
+                changed.qoe.as_ref().map(|q| q.threshold),
+                r.qoe.as_ref().map(|q| q.threshold)
+            );
+        }
+        let filters = [
+            IncidentFilter {
+                limit: 10,
+                ..IncidentFilter::default()
+            },
+            IncidentFilter {
+                state: Some(IncidentState::Firing),
+                rule_id: Some(made[0].id.clone()),
+                before: Some(now_ms()),
+                limit: 10,
+            },
+        ];
+        let order: Vec<&IncidentFilter> = if stream_first {
+            filters.iter().collect()
+        } else {
+            filters.iter().rev().collect()
+        };
+        for f in order {
+            alerts.incidents(&owner, f).await.expect("incidents");
+        }
+        let filters = [
+            DeliveryFilter {
+                limit: 10,
+                ..DeliveryFilter::default()
+            },
+            DeliveryFilter {
+                channel_id: Some(ch["id"].as_str().unwrap().to_owned()),
+                status: Some(streamwatch::states::DeliveryStatus::Sent),
+                before: Some(now_ms()),
+                limit: 10,
+            },
+        ];
+        let order: Vec<&DeliveryFilter> = if stream_first {
+            filters.iter().collect()
+        } else {
+            filters.iter().rev().collect()
+        };
+        for f in order {
+            alerts.deliveries(&owner, f).await.expect("deliveries");
+        }
+        for r in made {
+            alerts.delete_rule(&owner, &r.id).await.expect("deleted");
+        }
+    }
+    // And through the API: a stream rule, then a QoE rule.
+    rule(
+        &app,
+        &cookie,
+        json!({ "name": "s", "kind": "stream", "channelIds": [ch["id"]] }),
+    )
+    .await;
+    rule(&app, &cookie, json!({ "name": "q", "kind": "qoe", "metric": "playbackFailurePct", "op": ">", "threshold": 5, "channelIds": [ch["id"]] })).await;
+    app.shutdown().await;
+}
+
 macro_rules! on_both_engines {
     ($($case:ident),* $(,)?) => {
         $(
@@ -1283,6 +2262,9 @@ on_both_engines!(
     a_qoe_rule_fires_on_a_fleet_that_crosses_it_and_not_below_min_views,
     deleting_a_rule_resolves_its_incident,
     bad_bodies_are_400s_and_others_things_are_404s,
+    deleting_a_stream_disables_every_users_rules_on_it_and_resolves_them,
+    rules_and_channels_are_capped_and_old_deliveries_purged,
+    channel_secrets_never_rest_in_the_clear,
 );
 
 mod refused_targets {

@@ -1,6 +1,7 @@
 //! The alert outbox across processes (the real binary, real HTTP on loopback): a SIGKILL with
 //! 100 deliveries pending loses none and sends none twice after a restart, and two instances
-//! on one PostgreSQL send each delivery once. Receivers dedup by `webhook-id` and count.
+//! on one PostgreSQL send each delivery once. Receivers dedup by `webhook-id` and count. The
+//! 100 are test deliveries to 10 channels of one receiver (a channel takes 10 tests a minute).
 
 mod common;
 
@@ -16,6 +17,8 @@ use serde_json::{json, Value};
 /// request timeout) before its delivery is claimed again.
 const LIMIT: Duration = Duration::from_secs(120);
 const DELIVERIES: usize = 100;
+/// Channels the deliveries are spread over: 10 tests each, the most a minute allows.
+const CHANNELS: usize = 10;
 
 struct Session<'a> {
     p: &'a Process,
@@ -86,6 +89,15 @@ impl<'a> Session<'a> {
         ch["id"].as_str().expect("id").to_owned()
     }
 
+    /// `CHANNELS` webhook channels to one receiver.
+    async fn webhooks(&self, url: &str) -> Vec<String> {
+        let mut ids = Vec::new();
+        for _ in 0..CHANNELS {
+            ids.push(self.webhook(url).await);
+        }
+        ids
+    }
+
     async fn send_test(&self, channel: &str) {
         let (s, b) = self
             .post(
@@ -129,9 +141,9 @@ async fn sigkill_with_deliveries_pending(env: &[(&str, &str)]) {
     hook.hold();
     let mut first = Process::start(dir.path(), env).await;
     let s = Session::sign_up(&first, "crash@example.com").await;
-    let channel = s.webhook(&hook.url).await;
-    for _ in 0..DELIVERIES {
-        s.send_test(&channel).await;
+    let channels = s.webhooks(&hook.url).await;
+    for i in 0..DELIVERIES {
+        s.send_test(&channels[i % CHANNELS]).await;
     }
     // A batch is in flight, held unanswered, when the process dies.
     hook.wait_for_arrivals(1, LIMIT).await;
@@ -189,13 +201,14 @@ async fn two_instances_on_one_postgres_send_each_delivery_once() {
     let hook = Receiver::start().await;
     let on_a = Session::sign_up(&a, "two@example.com").await;
     let on_b = Session::sign_in(&b, "two@example.com").await;
-    let channel = on_a.webhook(&hook.url).await;
+    let channels = on_a.webhooks(&hook.url).await;
     // Both instances create deliveries and both senders race for all of them.
     for i in 0..DELIVERIES {
+        let channel = &channels[i % CHANNELS];
         if i % 2 == 0 {
-            on_a.send_test(&channel).await
+            on_a.send_test(channel).await
         } else {
-            on_b.send_test(&channel).await
+            on_b.send_test(channel).await
         }
     }
     let log = on_b.until_all_sent(DELIVERIES).await;

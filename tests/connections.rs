@@ -148,6 +148,7 @@ async fn idle_connections_close_at_the_idle_limit_and_stalled_bodies_are_cut() {
         header: Duration::from_secs(1),
         idle: Duration::from_secs(6),
         body: Duration::from_secs(1),
+        ..HttpLimits::default()
     };
     let app = spawn_with(Engine::Sqlite, |c| c.http_limits = limits).await;
     let addr = addr(&app);
@@ -226,4 +227,241 @@ async fn idle_connections_close_at_the_idle_limit_and_stalled_bodies_are_cut() {
     );
     let waited = closed.unwrap_or_else(Instant::now) - sent;
     assert!(waited >= Duration::from_millis(900), "cut after {waited:?}");
+}
+
+/// A reqwest client that keeps no idle connection (tests with a connection cap of one).
+fn unpooled() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client")
+}
+
+/// Finding 2 of the second hardening round (decisions.md §14): a client pipelines 20 requests
+/// for the hls.js asset and 20 key creations, and never reads. Its connection ends once the
+/// server has been unable to write for the write limit (here 2 s), which frees the only
+/// connection slot for another client; and none of the pipelined key creations ran, because
+/// a pipelined request waits until the response before it has left for the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_never_reads_loses_its_connection_and_its_pipeline_waits() {
+    let app = common::spawn_unready(Engine::Sqlite, |c| {
+        c.http_limits.write = Duration::from_secs(2);
+        c.max_connections = 1;
+    })
+    .await;
+    let client = unpooled();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !client
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let signed_up = client
+        .post(app.url("/api/auth/sign-up/email"))
+        .json(&serde_json::json!({ "name": "n", "email": "slow@example.com", "password": "correct-horse-battery" }))
+        .send()
+        .await
+        .expect("sign up");
+    let cookie = common::session_cookie_of(&signed_up).expect("cookie");
+
+    // The slow reader: a small receive buffer, everything pipelined at once, nothing read.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    let mut slow = socket
+        .connect(addr(&app).parse().expect("addr"))
+        .await
+        .expect("connect");
+    let asset = streamwatch::http::assets::HLS_JS_PATH;
+    let mut pipeline = String::new();
+    for _ in 0..20 {
+        pipeline.push_str(&format!("GET {asset} HTTP/1.1\r\nHost: x\r\n\r\n"));
+    }
+    let body = r#"{"label":"pipelined"}"#;
+    for _ in 0..20 {
+        pipeline.push_str(&format!(
+            "POST /api/v1/keys HTTP/1.1\r\nHost: x\r\nCookie: auth.session_token={cookie}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    }
+    slow.write_all(pipeline.as_bytes()).await.expect("write");
+
+    // The only slot is the slow reader's: another client is served once the server gave up on
+    // it (before the fix, never: the test fails at the client's 60 s timeout).
+    let health = client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("served once the slow reader's connection ended");
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
+
+    // No pipelined key creation ran: each waited for the asset before it to leave.
+    let keys: serde_json::Value = client
+        .get(app.url("/api/v1/keys"))
+        .header("cookie", format!("auth.session_token={cookie}"))
+        .send()
+        .await
+        .expect("keys")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(keys["items"], serde_json::json!([]), "{keys}");
+
+    // What the slow reader finds when it finally reads: part of the first responses, then the
+    // end of the connection.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(30), slow.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    assert!(closed, "the server ended the connection");
+    let answers = got.windows(15).filter(|w| w == b"HTTP/1.1 200 OK").count();
+    assert!(answers < 20, "{answers} of the 20 assets were sent");
+    app.shutdown().await;
+}
+
+/// The metrics listener has the API's header and idle limits and holds at most 64
+/// connections (decisions.md §14): 64 idle sockets fill it, a scrape waits until the idle
+/// limit closes them, and a slowloris head is cut at the header limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_listener_is_capped_and_times_out_like_the_api() {
+    let app = spawn_with(Engine::Sqlite, |c| {
+        c.http_limits = HttpLimits {
+            header: Duration::from_secs(2),
+            idle: Duration::from_secs(10),
+            ..HttpLimits::default()
+        }
+    })
+    .await;
+    let metrics = app
+        .metrics
+        .clone()
+        .expect("metrics listener")
+        .trim_start_matches("http://")
+        .to_owned();
+    let mut idle = Vec::new();
+    let opened = Instant::now();
+    for _ in 0..streamwatch::http::serve::METRICS_MAX_CONNECTIONS {
+        idle.push(TcpStream::connect(&metrics).await.expect("connect"));
+    }
+    // Every slot is held: a scrape waits (no slot frees before the idle limit, 10 s after
+    // the first of them was accepted).
+    let scrape = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut sock = TcpStream::connect(&metrics).await.expect("connect");
+            sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .expect("write");
+            let (answer, closed) = read_until_closed(&mut sock, Duration::from_secs(60)).await;
+            (answer, closed.expect("answered"))
+        })
+    };
+    let (answer, answered_at) = scrape.await.expect("join");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(
+        answered_at - opened >= Duration::from_millis(9_900),
+        "a 65th connection was served after {:?}, before any slot was free",
+        answered_at - opened
+    );
+    drop(idle);
+
+    // A head that never completes is cut at the header limit.
+    let (first, closed) = slowloris(metrics).await;
+    let held = closed.expect("slowloris closed") - first;
+    assert!(
+        held >= Duration::from_millis(1_900) && held < Duration::from_secs(30),
+        "{held:?}"
+    );
+    app.shutdown().await;
+}
+
+/// Finding 1 (decisions.md §14): repeated `filter=` values are kept once and at most 20
+/// distinct values of one parameter are taken; past that, 400. The real process stays under
+/// 200 MB (its peak RSS, from /proc) while 20 requests with 7,000 `filter=` values each are
+/// answered: a bounded page when they repeat one value, 400 when they name more than 20.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_requests_of_7000_filters_keep_the_process_under_200_mb() {
+    let dir = tempfile::tempdir().expect("dir");
+    let server = common::Process::start(dir.path(), &[]).await;
+    let cookie = server.sign_up("filters@example.com").await;
+    // 7,000 values fit the 64 KiB an HTTP/1 request target may have only when short.
+    let repeated = vec!["filter=a"; 7000].join("&");
+    let distinct = (0..7000)
+        .map(|i| format!("filter={}", (b'a' + (i % 26) as u8) as char))
+        .collect::<Vec<_>>()
+        .join("&");
+    let paths = [
+        "/app/qoe",
+        "/app/views",
+        "/api/v1/qoe/overview",
+        "/api/v1/qoe/views",
+    ];
+    let mut requests = Vec::new();
+    for i in 0..20 {
+        let url = server.url(&format!(
+            "{}?{}",
+            paths[i % paths.len()],
+            if i % 2 == 0 { &repeated } else { &distinct }
+        ));
+        let cookie = cookie.clone();
+        requests.push(tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .get(&url)
+                .header("cookie", format!("auth.session_token={cookie}"))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("request {i} not answered: {}", e.without_url()));
+            let status = r.status();
+            let body = r.bytes().await.expect("body");
+            (
+                i,
+                status,
+                body.len(),
+                String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+            )
+        }));
+    }
+    for r in requests {
+        let (i, status, len, head) = r.await.expect("join");
+        assert!(len < 1024 * 1024, "request {i}: a {len}-byte answer");
+        if i % 2 == 0 {
+            // One value, kept once: the page or the route's own answer to it.
+            assert!(
+                status == reqwest::StatusCode::OK || status == reqwest::StatusCode::BAD_REQUEST,
+                "request {i}: {status}"
+            );
+            assert!(!head.contains("more than 20"), "request {i}: {head}");
+        } else {
+            assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "request {i}");
+            if paths[i % paths.len()].starts_with("/api/") {
+                assert_eq!(
+                    head,
+                    r#"{"errors":{"filter":"Array must contain at most 20 element(s)"}}"#
+                );
+            }
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+        .expect("/proc status");
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    assert!(
+        peak_kb < 200 * 1024,
+        "the server's peak RSS was {} MB",
+        peak_kb / 1024
+    );
+    eprintln!("peak RSS of the server: {} MB", peak_kb / 1024);
 }

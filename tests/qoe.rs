@@ -637,6 +637,67 @@ async fn stream_ids_follow_every_change_of_the_registered_streams(app: TestApp) 
     app.shutdown().await;
 }
 
+/// decisions.md §14: CSV exports neutralise cells a spreadsheet would run. A player sends
+/// formulas as its content id, tag and error code; the views and breakdown CSVs give each a
+/// leading `'`, and numbers (a negative impact among them) stay numbers.
+async fn csv_cells_never_run_as_formulas(app: TestApp) {
+    let cookie = app.user("csv@example.com").await;
+    let (_, key) = parts(
+        app.post("/api/v1/keys", Some(&cookie), json!({ "label": "k" }))
+            .await,
+    )
+    .await;
+    let key = key["rawKey"].as_str().expect("raw key").to_owned();
+    let hostile = json!({
+        "apiKey": key,
+        "sessionId": "@session",
+        "context": { "contentId": "=1+2", "tags": { "plan": "@cmd" } },
+        "events": [
+            ev("playback_start", 1_000, json!({ "positionMs": 0, "durationMs": 0, "contentId": "=1+2" })),
+            ev("error", 2_000, json!({ "code": "-3", "message": "x", "fatal": true })),
+            ev("session_end", 3_000, json!({ "reason": "error", "durationMs": 2_000 })),
+        ]
+    });
+    send(&app, &key, CHROME, &hostile).await;
+    send(&app, &key, CHROME, &view_a(&key)).await;
+    refresh(&app).await;
+    let text = app
+        .get(
+            &format!("/api/v1/qoe/views?format=csv&{RANGE}"),
+            Some(&cookie),
+        )
+        .await
+        .text()
+        .await
+        .expect("csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let row: Vec<&str> = lines
+        .find(|l| l.starts_with("'@session,"))
+        .expect("the hostile view's row, its id neutralised")
+        .split(',')
+        .collect();
+    assert_eq!(row[col("contentId")], "'=1+2");
+    assert_eq!(row[col("fatalErrorCode")], "'-3");
+    assert_eq!(row[col("tags.plan")], "'@cmd");
+    assert_eq!(row[col("errorCount")], "1", "numbers stay numbers");
+    let text = app
+        .get(
+            &format!(
+                "/api/v1/qoe/breakdown?metric=playbackFailurePct&by=contentId&format=csv&{RANGE}"
+            ),
+            Some(&cookie),
+        )
+        .await
+        .text()
+        .await
+        .expect("csv");
+    assert!(text.lines().any(|l| l == "'=1+2,100,1,25"), "{text}");
+    assert!(text.lines().any(|l| l == "movie-1,0,1,-25"), "{text}");
+    app.shutdown().await;
+}
+
 /// The SQLite queries of docs/analytics.md ("One query per metric (SQLite)"), run as an
 /// analyst would on the embedded store's file, give the API's numbers, value for value
 /// (issue 28: the documented SQL divided integers as integers and gave whole percentages).
@@ -795,6 +856,7 @@ macro_rules! cases {
 }
 
 cases!(
+    csv_cells_never_run_as_formulas,
     every_route_answers_by_construction,
     csv_answers_are_text_csv,
     the_timeline_puts_probes_and_viewers_on_one_axis,

@@ -550,6 +550,209 @@ async fn a_malformed_chunked_body_is_not_too_large(app: TestApp) {
     assert_eq!(list, json!({ "items": [] }));
 }
 
+/// decisions.md §14: a view's events come a page at a time. A session of 2,500 events (planted
+/// by anyone holding the public key) is read 1,000 at a time by default, in time order, each
+/// page's `nextCursor` leading to the next and null on the last; `limit` is 1–10,000; the
+/// view's page lists the first 1,000 and links to the rest.
+async fn a_views_events_come_a_page_at_a_time(app: TestApp) {
+    let (cookie, key, _) = account(&app, "dev@example.com").await;
+    let at = |i: usize| {
+        format!(
+            "2026-11-21T{:02}:{:02}:{:02}.{:03}Z",
+            10 + i / 3_600_000 % 10,
+            i / 60_000 % 60,
+            i / 1000 % 60,
+            i % 1000
+        )
+    };
+    // 2,500 events, two at each of 1,250 instants (same ts, types ordered by name).
+    let events: Vec<Value> = (0..1250)
+        .flat_map(|i| {
+            [
+                ev(
+                    "playback_pause",
+                    &at(i * 7),
+                    json!({ "positionMs": i, "bufferedMs": 1 }),
+                ),
+                ev(
+                    "rebuffer_start",
+                    &at(i * 7),
+                    json!({ "positionMs": i, "bufferedMs": 0 }),
+                ),
+            ]
+        })
+        .collect();
+    let mut start = vec![ev(
+        "playback_start",
+        "2026-11-21T09:59:59.000Z",
+        json!({ "positionMs": 0, "durationMs": 60_000, "contentId": "movie-1" }),
+    )];
+    start.extend(events);
+    for chunk in start.chunks(1000) {
+        assert_eq!(
+            post_batch(&app, Some(&key), &batch(&key, "s-long", chunk.to_vec()))
+                .await
+                .0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let page = |q: String| {
+        let (app, cookie) = (&app, &cookie);
+        async move {
+            parts(
+                app.get(
+                    &format!("/api/v1/telemetry/sessions/s-long/events{q}"),
+                    Some(cookie),
+                )
+                .await,
+            )
+            .await
+        }
+    };
+    let (s, first) = page(String::new()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(first["items"].as_array().expect("items").len(), 1000);
+    assert_eq!(first["items"][0]["type"], "playback_start");
+    let mut all: Vec<Value> = first["items"].as_array().expect("items").clone();
+    let mut cursor = first["nextCursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let mut pages = 1;
+    loop {
+        let (s, next) = page(format!("?cursor={cursor}&limit=700")).await;
+        assert_eq!(s, StatusCode::OK, "{next}");
+        let items = next["items"].as_array().expect("items");
+        assert!(items.len() <= 700);
+        all.extend(items.iter().cloned());
+        pages += 1;
+        match next["nextCursor"].as_str() {
+            Some(c) => cursor = c.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 4, "1,000 then 700, 700 and 101");
+    assert_eq!(all.len(), 2501, "every event once");
+    let keys: Vec<(String, String)> = all
+        .iter()
+        .map(|e| {
+            (
+                e["ts"].as_str().unwrap_or_default().to_owned(),
+                e["type"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(keys, sorted, "in (ts, type) order, no repeats");
+
+    // The whole session in one page at the maximum.
+    let (_, whole) = page("?limit=10000".into()).await;
+    assert_eq!(whole["items"].as_array().expect("items").len(), 2501);
+    assert_eq!(whole["nextCursor"], Value::Null);
+
+    for (q, field, message) in [
+        (
+            "?limit=0",
+            "limit",
+            "Number must be greater than or equal to 1",
+        ),
+        (
+            "?limit=10001",
+            "limit",
+            "Number must be less than or equal to 10000",
+        ),
+        ("?limit=ten", "limit", "Expected number, received nan"),
+        ("?cursor=bm90IGEgY3Vyc29y", "cursor", "Invalid cursor"),
+    ] {
+        assert_eq!(
+            page(q.into()).await,
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "errors": { field: message } })
+            ),
+            "{q}"
+        );
+    }
+    // A page also holds at most 4 MiB of payloads, whatever `limit` says: six events of
+    // 900 kB each come five, then one.
+    for i in 0..6 {
+        let heavy = ev(
+            "error",
+            &format!("2026-11-21T11:00:0{i}.000Z"),
+            json!({ "code": "E", "message": "m".repeat(900_000), "fatal": false }),
+        );
+        assert_eq!(
+            post_batch(&app, Some(&key), &batch(&key, "s-heavy", vec![heavy]))
+                .await
+                .0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let r = app
+        .get(
+            "/api/v1/telemetry/sessions/s-heavy/events?limit=10000",
+            Some(&cookie),
+        )
+        .await;
+    let text = r.text().await.expect("body");
+    assert!(text.len() < 8 * 1024 * 1024, "{} bytes", text.len());
+    let heavy: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(heavy["items"].as_array().expect("items").len(), 5);
+    let rest = heavy["nextCursor"].as_str().expect("more").to_owned();
+    let (_, last) = parts(
+        app.get(
+            &format!("/api/v1/telemetry/sessions/s-heavy/events?limit=10000&cursor={rest}"),
+            Some(&cookie),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(last["items"].as_array().expect("items").len(), 1);
+    assert_eq!(last["nextCursor"], Value::Null);
+
+    // Another account's cursor opens nothing of this session; an unknown session is a 404.
+    let (other, _, _) = account(&app, "other@example.com").await;
+    let (s, b) = parts(
+        app.get(
+            &format!("/api/v1/telemetry/sessions/s-long/events?cursor={cursor}"),
+            Some(&other),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((s, b["items"].clone()), (StatusCode::OK, json!([])));
+    assert_eq!(
+        events_of(&app, &other, "s-long").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    // The view's page: the first 1,000 events and a link to the next ones.
+    let html = app
+        .get("/app/views/s-long", Some(&cookie))
+        .await
+        .text()
+        .await
+        .expect("page");
+    assert_eq!(
+        html.matches("<td><code>").count(),
+        1000,
+        "one row per event"
+    );
+    let next = html
+        .split("href=\"")
+        .filter_map(|h| h.split('"').next())
+        .find(|h| h.starts_with("/app/views/s-long?cursor="))
+        .expect("a link to the next events")
+        .replace("&amp;", "&");
+    let r = app.get(&next, Some(&cookie)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let second = r.text().await.expect("page");
+    assert_eq!(second.matches("<td><code>").count(), 1000);
+    assert!(second.contains("First events"));
+}
+
 macro_rules! on_both_sinks {
     ($($case:ident),* $(,)?) => {
         $(
@@ -568,6 +771,7 @@ macro_rules! on_both_sinks {
 }
 
 on_both_sinks!(
+    a_views_events_come_a_page_at_a_time,
     timestamps_outside_four_digit_years_are_refused,
     a_malformed_chunked_body_is_not_too_large,
     accepts_every_event_type_and_reads_it_back,

@@ -53,5 +53,5 @@ pub use query::{
 };
 pub use refresh::{RefreshConfig, RefreshStats, Refresher};
 pub use session::{SessionSummary, StoredEvent, TypeCounts};
-pub use store::{AnalyticsError, Store, StreamDirectory};
+pub use store::{AnalyticsError, EventCursor, EventsPage, PageLimits, Store, StreamDirectory};
 pub use view::{Fold, View};

@@ -532,7 +532,19 @@ fn num_cell(v: Option<f64>) -> String {
 }
 
 fn text_cell(v: &Option<String>) -> String {
-    v.clone().unwrap_or_default()
+    v.as_deref().map(safe_text).unwrap_or_default()
+}
+
+/// A text cell a spreadsheet will not run (OWASP "CSV injection"): one that starts with `=`,
+/// `+`, `-`, `@`, a tab or a carriage return gets a leading `'` (decisions.md §14). Player-supplied
+/// fields (content ids, tags, error codes, session ids) go through here; numeric columns are
+/// written as numbers and never do.
+pub fn safe_text(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_owned()
+    }
 }
 
 fn bool_cell(v: bool) -> String {
@@ -639,7 +651,7 @@ impl ViewsBody {
             &head,
             self.items.iter().map(|i| {
                 let mut row = vec![
-                    i.session_id.clone(),
+                    safe_text(&i.session_id),
                     format_ms(i.started_at),
                     format_ms(i.ended_at),
                     bool_cell(i.started),
@@ -662,19 +674,56 @@ impl ViewsBody {
                     text_cell(&i.content_id),
                     text_cell(&i.src),
                     text_cell(&i.stream_id),
-                    i.browser.clone(),
-                    i.os.clone(),
-                    i.device_type.clone(),
+                    safe_text(&i.browser),
+                    safe_text(&i.os),
+                    safe_text(&i.device_type),
                     text_cell(&i.sdk),
                     text_cell(&i.player),
                 ];
                 row.extend(
                     tag_names
                         .iter()
-                        .map(|t| i.tags.get(*t).cloned().unwrap_or_default()),
+                        .map(|t| i.tags.get(*t).map(|v| safe_text(v)).unwrap_or_default()),
                 );
                 row
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+
+    #[test]
+    fn formula_cells_are_neutralised_and_numbers_stay_numbers() {
+        for (raw, cell) in [
+            (
+                "=HYPERLINK(\"https://evil.example\",\"x\")",
+                "'=HYPERLINK(\"https://evil.example\",\"x\")",
+            ),
+            ("+1", "'+1"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tcmd", "'\tcmd"),
+            ("\rcmd", "'\rcmd"),
+            ("movie-1", "movie-1"),
+            ("", ""),
+        ] {
+            assert_eq!(safe_text(raw), cell, "{raw:?}");
+        }
+        let body = BreakdownBody {
+            metric: crate::Metric::Views,
+            by: crate::Dimension::ContentId,
+            items: vec![BreakdownItem {
+                key: Some("=cmd|' /C calc'!A0".into()),
+                value: Some(-1.5),
+                views: 3,
+                negative_impact: -0.25,
+            }],
+        };
+        let csv = body.to_csv();
+        let row = csv.lines().nth(1).unwrap_or_default();
+        assert_eq!(row, "'=cmd|' /C calc'!A0,-1.5,3,-0.25");
     }
 }

@@ -1,6 +1,7 @@
 //! Accounts: users with argon2id password hashes, and sessions carried by a signed cookie
 //! (decisions.md §4). Sessions last 7 days and slide: a session used more than a day after
-//! its last refresh gets a new 7-day expiry. The instance's first account is its owner, who
+//! its last refresh gets a new 7-day expiry, but never past 30 days after sign-in
+//! (decisions.md §14), however active it is. The instance's first account is its owner, who
 //! invites the others (decisions.md §15, [`invitations`]).
 
 pub mod invitations;
@@ -19,6 +20,13 @@ use token::{sha256_hex, CookieSigner};
 pub const SESSION_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
 /// A session older than this since its last refresh is extended when used.
 pub const SESSION_REFRESH_MS: i64 = 24 * 3600 * 1000;
+/// A session ends this long after sign-in, however active (decisions.md §14).
+pub const SESSION_MAX_LIFETIME_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// The expiry a session used at `now` slides to: 7 days on, at most 30 days after sign-in.
+fn slid_expiry(created_at: i64, now: i64) -> i64 {
+    (now + SESSION_TTL_MS).min(created_at + SESSION_MAX_LIFETIME_MS)
+}
 
 /// Longest sign-up `name`, in characters (decisions.md §10).
 pub const NAME_MAX: usize = 120;
@@ -537,7 +545,7 @@ impl Accounts {
             updated_at: row.updated_at,
             expires_at: row.expires_at,
         };
-        if session.expires_at <= now {
+        if session.expires_at <= now || now - session.created_at >= SESSION_MAX_LIFETIME_MS {
             sqlx::query("DELETE FROM sessions WHERE id = $1")
                 .bind(&session.id)
                 .execute(&self.db.pool)
@@ -545,9 +553,10 @@ impl Accounts {
             return Ok(None);
         }
         let mut refreshed_cookie = None;
-        if now - session.updated_at >= SESSION_REFRESH_MS {
+        let slid = slid_expiry(session.created_at, now);
+        if now - session.updated_at >= SESSION_REFRESH_MS && slid > session.expires_at {
             session.updated_at = now;
-            session.expires_at = now + SESSION_TTL_MS;
+            session.expires_at = slid;
             sqlx::query("UPDATE sessions SET updated_at = $1, expires_at = $2 WHERE id = $3")
                 .bind(session.updated_at)
                 .bind(session.expires_at)
@@ -679,6 +688,15 @@ pub fn normalize_email(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::normalize_email;
+
+    #[test]
+    fn a_session_slides_by_seven_days_up_to_thirty_days_after_sign_in() {
+        use super::{slid_expiry, SESSION_MAX_LIFETIME_MS, SESSION_TTL_MS};
+        let day = 24 * 3600 * 1000;
+        assert_eq!(slid_expiry(0, 2 * day), 2 * day + SESSION_TTL_MS);
+        assert_eq!(slid_expiry(0, 25 * day), SESSION_MAX_LIFETIME_MS);
+        assert_eq!(slid_expiry(0, 29 * day), SESSION_MAX_LIFETIME_MS);
+    }
 
     /// At most one password hash per core runs at once; the rest wait (400 concurrent sign-ins
     /// once took 1 GiB of argon2 memory).

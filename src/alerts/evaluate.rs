@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::model::{Incident, QoeCondition, RuleRow, INCIDENT_COLUMNS, RULE_COLUMNS};
 use super::{duration, outbox, Alerts};
-use crate::db::{DbError, Engine};
+use crate::db::{Db, DbError, Engine};
 use crate::states::{CompareOp, DeliveryEvent};
 use crate::time::{new_id, now_ms};
 
@@ -28,36 +28,40 @@ pub struct ProbeFacts<'a> {
     pub at: i64,
 }
 
-#[derive(sqlx::FromRow)]
-struct StreamFacts {
+/// The stream as the probe left it: read in the probe's transaction, after its streaks moved.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct StreamFacts {
     name: String,
     source_url: String,
     down_streak: i64,
     up_streak: i64,
 }
 
-/// Evaluates the stream rules that watch this probe's stream, in the probe's transaction
-/// (after the stream's streaks were updated).
-pub async fn on_probe(
-    tx: &mut AnyConnection,
-    engine: Engine,
-    p: &ProbeFacts<'_>,
-) -> Result<(), DbError> {
+/// The stream's facts as of the probe being recorded in `tx`.
+pub async fn stream_facts(tx: &mut AnyConnection, stream_id: &str) -> Result<StreamFacts, DbError> {
+    Ok(
+        sqlx::query_as(
+            "SELECT name, source_url, down_streak, up_streak FROM streams WHERE id = $1",
+        )
+        .bind(stream_id)
+        .fetch_one(&mut *tx)
+        .await?,
+    )
+}
+
+/// Evaluates the stream rules that watch this probe's stream, once the probe has committed:
+/// each rule's transition and its notifications in a transaction of their own, so the probe's
+/// write transaction never holds more than its own work, and no transaction more than one
+/// rule's (decisions.md §14). Every transition is idempotent (one open incident per rule and
+/// stream): a crash between the probe and its rules only delays a transition to the next probe.
+pub async fn on_probe(db: &Db, p: &ProbeFacts<'_>, s: &StreamFacts) -> Result<(), DbError> {
     let rules: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
         "SELECT id, user_id, name, fail_after, recover_after FROM alert_rules \
-         WHERE kind = 'stream' AND enabled = 1 AND (stream_id = $1 OR stream_id IS NULL)",
+         WHERE kind = 'stream' AND enabled = 1 AND (stream_id = $1 OR stream_id IS NULL) \
+         ORDER BY seq",
     )
     .bind(p.stream_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    if rules.is_empty() {
-        return Ok(());
-    }
-    let s: StreamFacts = sqlx::query_as(
-        "SELECT name, source_url, down_streak, up_streak FROM streams WHERE id = $1",
-    )
-    .bind(p.stream_id)
-    .fetch_one(&mut *tx)
+    .fetch_all(&db.pool)
     .await?;
     for (rule_id, user_id, rule_name, fail_after, recover_after) in rules {
         if !p.playable && s.down_streak >= fail_after {
@@ -67,8 +71,9 @@ pub async fn on_probe(
                 if s.down_streak == 1 { "" } else { "s" },
                 p.detail
             );
+            let mut tx = db.pool.begin().await?;
             let opened = open(
-                tx,
+                &mut tx,
                 &Opening {
                     user_id: &user_id,
                     rule_id: &rule_id,
@@ -83,8 +88,8 @@ pub async fn on_probe(
             .await?;
             if let Some(incident_id) = opened {
                 outbox::notify(
-                    tx,
-                    engine,
+                    &mut tx,
+                    db.engine,
                     &rule_id,
                     &incident_id,
                     DeliveryEvent::Firing,
@@ -92,11 +97,13 @@ pub async fn on_probe(
                 )
                 .await?;
             }
+            tx.commit().await?;
         } else if p.playable && s.up_streak >= recover_after {
-            if let Some(incident_id) = resolve(tx, &rule_id, p.stream_id, p.at).await? {
+            let mut tx = db.pool.begin().await?;
+            if let Some(incident_id) = resolve(&mut tx, &rule_id, p.stream_id, p.at).await? {
                 outbox::notify(
-                    tx,
-                    engine,
+                    &mut tx,
+                    db.engine,
                     &rule_id,
                     &incident_id,
                     DeliveryEvent::Resolved,
@@ -104,6 +111,7 @@ pub async fn on_probe(
                 )
                 .await?;
             }
+            tx.commit().await?;
         }
     }
     Ok(())
@@ -188,24 +196,33 @@ pub async fn resolve_all_of_rule(
     Ok(())
 }
 
-/// Resolves (and notifies) the open incidents about a stream that is being deleted.
-pub async fn resolve_all_of_stream(
+/// A stream is being deleted (by anyone: streams are shared): its open incidents resolve
+/// (notified as `incident.resolved` with the detail `stream deleted`), and every rule bound to
+/// it, any user's, stays listed but disabled with `disabledReason: "stream deleted"`
+/// (decisions.md §14), in the deletion's transaction.
+pub async fn on_stream_deleted(
     tx: &mut AnyConnection,
     engine: Engine,
     stream_id: &str,
     at: i64,
 ) -> Result<(), DbError> {
     let open: Vec<(String, String)> = sqlx::query_as(
-        "UPDATE alert_incidents SET state = 'resolved', resolved_at = $1 \
+        "UPDATE alert_incidents SET state = 'resolved', resolved_at = $1, detail = $3 \
          WHERE stream_id = $2 AND state = 'firing' RETURNING id, rule_id",
     )
     .bind(at)
     .bind(stream_id)
+    .bind(super::payload::STREAM_DELETED)
     .fetch_all(&mut *tx)
     .await?;
     for (id, rule_id) in open {
         outbox::notify(tx, engine, &rule_id, &id, DeliveryEvent::Resolved, at).await?;
     }
+    sqlx::query("UPDATE alert_rules SET enabled = 0, disabled_reason = $1 WHERE stream_id = $2")
+        .bind(super::rules::STREAM_DELETED)
+        .bind(stream_id)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

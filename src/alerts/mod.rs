@@ -11,7 +11,8 @@
 //!   recording each attempt;
 //! - [`payload`]: what each channel type receives, Standard Webhooks signatures;
 //! - [`sender`]: the worker that sends through the SSRF-guarded client;
-//! - [`duration`], [`seal`]: the contract's durations; secrets sealed at rest.
+//! - [`duration`], [`seal`]: the contract's durations; secrets sealed at rest;
+//! - [`retention`]: deliveries older than 30 days are deleted.
 
 pub mod channels;
 pub mod duration;
@@ -19,6 +20,7 @@ pub mod evaluate;
 pub mod model;
 pub mod outbox;
 pub mod payload;
+pub mod retention;
 pub mod rules;
 pub mod seal;
 pub mod sender;
@@ -64,15 +66,25 @@ pub struct Alerts {
     pub(crate) guard: Arc<Guard>,
     /// Rung when a delivery may have become due (a test, a resend, a transition).
     pub(crate) wake: Arc<Notify>,
+    /// `STREAMWATCH_PUBLIC_URL`, which messages link under.
+    pub(crate) public_url: Option<String>,
 }
 
 impl Alerts {
-    pub fn new(db: Db, server_secret: &[u8], guard: Arc<Guard>) -> Self {
+    /// `guard` is the alert targets' own (`STREAMWATCH_ALERTS_ALLOW_PRIVATE`), not the
+    /// prober's; `public_url` the address messages link under.
+    pub fn new(
+        db: Db,
+        server_secret: &[u8],
+        guard: Arc<Guard>,
+        public_url: Option<String>,
+    ) -> Self {
         Alerts {
             db,
             sealer: Sealer::new(server_secret),
             guard,
             wake: Arc::new(Notify::new()),
+            public_url,
         }
     }
 

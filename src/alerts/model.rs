@@ -50,6 +50,8 @@ pub struct Rule {
     pub channel_ids: Vec<String>,
     pub remind_every_ms: Option<i64>,
     pub enabled: bool,
+    /// Why the service switched the rule off (`stream deleted`); `None` otherwise.
+    pub disabled_reason: Option<String>,
     pub created_at: i64,
     pub state: RuleState,
 }
@@ -87,13 +89,14 @@ pub struct RuleRow {
     pub remind_every_ms: Option<i64>,
     #[sqlx(try_from = "i64")]
     pub enabled: Flag,
+    pub disabled_reason: Option<String>,
     pub created_at: i64,
 }
 
 pub const RULE_COLUMNS: &str =
     "id, user_id, name, kind, stream_id, fail_after, recover_after, metric, \
                                 measurement, op, threshold, window_ms, min_views, filters, \
-                                remind_every_ms, enabled, created_at";
+                                remind_every_ms, enabled, disabled_reason, created_at";
 
 impl RuleRow {
     /// The QoE condition of a `qoe` row; `None` for stream rules (or a row that lost a field).

@@ -5,6 +5,8 @@
 //! body at the first attempt and records every attempt; a crash mid-attempt leaves the lease to
 //! expire and the delivery is sent again, same body, same `webhook-id`.
 
+use std::collections::HashMap;
+
 use sqlx::AnyConnection;
 
 use super::model::{Delivery, Incident, DELIVERY_COLUMNS};
@@ -191,42 +193,152 @@ pub struct Claimed {
     pub body: Option<String>,
 }
 
-/// Leases up to `limit` due deliveries of enabled channels until `lease_until`, oldest due
-/// first. A delivery waits while an older delivery to the same channel about one of its
-/// incidents is still pending, so a receiver never sees an incident resolve before it fired
-/// (PagerDuty would keep the incident open); unrelated incidents are not held up. The caller
-/// freezes a body that is still `None` ([`freeze`]).
+/// How many deliveries may be in flight at once (decisions.md §14): one channel's slow or
+/// silent receiver holds at most `per_channel` of them, one user at most `per_user` across
+/// their channels, so it never delays another channel's deliveries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    pub per_channel: usize,
+    pub per_user: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Caps {
+            per_channel: 4,
+            per_user: 16,
+        }
+    }
+}
+
+/// Serialises claims across instances on PostgreSQL, so the caps hold for all of them.
+const CLAIM_LOCK_KEY: i64 = 0x5357_414c_4552_5453; // "SWALERTS"
+
+/// Leases up to `free` due deliveries of enabled channels until `lease_until`, oldest due
+/// first, within the [`Caps`]: deliveries in flight are the leased ones (on any instance), so
+/// a channel with `per_channel` leased gets none more until one finishes. A delivery waits
+/// while an older delivery to the same channel about one of its incidents is still pending,
+/// so a receiver never sees an incident resolve before it fired (PagerDuty would keep the
+/// incident open); unrelated incidents are not held up. The caller freezes a body that is
+/// still `None` ([`freeze`]).
 pub async fn claim(
     db: &Db,
     now: i64,
     lease_until: i64,
-    limit: i64,
+    caps: Caps,
+    free: usize,
 ) -> Result<Vec<Claimed>, DbError> {
-    let lock = if db.engine == Engine::Postgres {
-        " FOR UPDATE OF d SKIP LOCKED"
+    if free == 0 {
+        return Ok(Vec::new());
+    }
+    // PostgreSQL: one claim at a time across instances (the lock ends with the transaction).
+    // SQLite has one writer and one process: no transaction (a read that turns into a write
+    // would fail with SQLITE_BUSY when another writer went first).
+    if db.engine == Engine::Postgres {
+        let mut tx = db.pool.begin().await?;
+        let claimed = claim_on(&mut tx, true, now, lease_until, caps, free).await?;
+        tx.commit().await?;
+        Ok(claimed)
     } else {
-        ""
-    };
+        let mut conn = db.pool.acquire().await?;
+        claim_on(&mut conn, false, now, lease_until, caps, free).await
+    }
+}
+
+async fn claim_on(
+    conn: &mut AnyConnection,
+    postgres: bool,
+    now: i64,
+    lease_until: i64,
+    caps: Caps,
+    free: usize,
+) -> Result<Vec<Claimed>, DbError> {
+    if postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(CLAIM_LOCK_KEY)
+            .execute(&mut *conn)
+            .await?;
+    }
+    // In flight now, per channel and per user.
+    let busy: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT channel_id, user_id, CAST(COUNT(*) AS BIGINT) FROM alert_deliveries \
+         WHERE status = 'pending' AND lease_until > $1 GROUP BY channel_id, user_id",
+    )
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut per_channel: HashMap<String, usize> = HashMap::new();
+    let mut per_user: HashMap<String, usize> = HashMap::new();
+    for (channel, user, n) in busy {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        *per_channel.entry(channel).or_default() += n;
+        *per_user.entry(user).or_default() += n;
+    }
+    // The due candidates, at most `per_channel` of each channel and `per_user` of each user
+    // (ranked oldest first), so one tenant's backlog cannot crowd the others out of the list.
+    let per_channel_cap = i64::try_from(caps.per_channel).unwrap_or(i64::MAX);
+    let per_user_cap = i64::try_from(caps.per_user).unwrap_or(i64::MAX);
+    let candidates: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT id, channel_id, user_id FROM ( \
+             SELECT id, channel_id, user_id, next_attempt_at, seq, ROW_NUMBER() OVER ( \
+                 PARTITION BY user_id ORDER BY next_attempt_at, seq) AS nth_of_user \
+             FROM ( \
+                 SELECT d.id, d.channel_id, d.user_id, d.next_attempt_at, d.seq, \
+                     ROW_NUMBER() OVER ( \
+                         PARTITION BY d.channel_id ORDER BY d.next_attempt_at, d.seq) AS nth_of_channel \
+                 FROM alert_deliveries d JOIN alert_channels c ON c.id = d.channel_id \
+                 WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND d.lease_until <= $1 \
+                   AND c.enabled = 1 \
+                   AND NOT EXISTS ( \
+                     SELECT 1 FROM alert_delivery_incidents di \
+                     JOIN alert_delivery_incidents oi ON oi.incident_id = di.incident_id \
+                     JOIN alert_deliveries o ON o.id = oi.delivery_id \
+                     WHERE di.delivery_id = d.id AND o.channel_id = d.channel_id \
+                       AND o.status = 'pending' AND o.seq < d.seq) \
+             ) by_channel WHERE nth_of_channel <= $2 \
+         ) by_user WHERE nth_of_user <= $3 \
+         ORDER BY next_attempt_at, seq LIMIT $4",
+    )
+    .bind(now)
+    .bind(per_channel_cap)
+    .bind(per_user_cap)
+    .bind(i64::try_from(free.saturating_mul(4).max(64)).unwrap_or(i64::MAX))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut picked = Vec::new();
+    for (id, channel, user) in candidates {
+        if picked.len() >= free {
+            break;
+        }
+        let c = per_channel.entry(channel).or_default();
+        let u = per_user.entry(user).or_default();
+        if *c >= caps.per_channel || *u >= caps.per_user {
+            continue;
+        }
+        *c += 1;
+        *u += 1;
+        picked.push(id);
+    }
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Leased only while still due and free (an instance that raced here got none of them).
+    let list = (0..picked.len())
+        .map(|i| format!("${}", i + 3))
+        .collect::<Vec<_>>()
+        .join(", ");
     let sql = format!(
-        "UPDATE alert_deliveries SET lease_until = $2 WHERE id IN ( \
-             SELECT d.id FROM alert_deliveries d JOIN alert_channels c ON c.id = d.channel_id \
-             WHERE d.status = 'pending' AND d.next_attempt_at <= $1 AND d.lease_until <= $1 \
-               AND c.enabled = 1 \
-               AND NOT EXISTS ( \
-                 SELECT 1 FROM alert_delivery_incidents di \
-                 JOIN alert_delivery_incidents oi ON oi.incident_id = di.incident_id \
-                 JOIN alert_deliveries o ON o.id = oi.delivery_id \
-                 WHERE di.delivery_id = d.id AND o.channel_id = d.channel_id \
-                   AND o.status = 'pending' AND o.seq < d.seq) \
-             ORDER BY d.next_attempt_at, d.seq LIMIT $3{lock}) \
+        "UPDATE alert_deliveries SET lease_until = $2 \
+         WHERE id IN ({list}) AND status = 'pending' AND lease_until <= $1 \
          RETURNING id, channel_id, webhook_id, attempts, body"
     );
-    Ok(sqlx::query_as(&sql)
+    let mut q = sqlx::query_as::<_, Claimed>(&sql)
         .bind(now)
-        .bind(lease_until)
-        .bind(limit)
-        .fetch_all(&db.pool)
-        .await?)
+        .bind(lease_until);
+    for id in &picked {
+        q = q.bind(id);
+    }
+    Ok(q.fetch_all(&mut *conn).await?)
 }
 
 /// The body every attempt of a delivery sends: the stored one, or, at its first attempt,
@@ -452,6 +564,89 @@ pub async fn postpone(db: &Db, claimed: &Claimed, until: i64, why: &str) -> Resu
     Ok(())
 }
 
+/// Test deliveries, and resends, one channel takes a minute (decisions.md §14).
+pub const ON_DEMAND_PER_MINUTE: usize = 10;
+const MINUTE_MS: i64 = 60_000;
+
+/// The deliveries a user asks for (as opposed to those transitions make), each kind limited
+/// per channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnDemand {
+    Test,
+    Resend,
+}
+
+/// On PostgreSQL, on-demand sends to one channel take turns (a lock until commit), so that
+/// two at once cannot both find the last slot free. SQLite has one writer at a time.
+pub async fn lock_on_demand(
+    tx: &mut AnyConnection,
+    engine: Engine,
+    channel_id: &str,
+) -> Result<(), DbError> {
+    if engine == Engine::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 1))")
+            .bind(channel_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Counted in the transaction that just created one more `kind` for the channel: `None`
+/// while the last minute holds at most [`ON_DEMAND_PER_MINUTE`] of them, else the seconds
+/// until the oldest leaves the minute (the caller rolls back).
+pub async fn over_limit(
+    tx: &mut AnyConnection,
+    channel_id: &str,
+    kind: OnDemand,
+    now: i64,
+) -> Result<Option<i64>, DbError> {
+    let which = match kind {
+        OnDemand::Test => "event = 'test' AND resent_from IS NULL",
+        OnDemand::Resend => "resent_from IS NOT NULL",
+    };
+    let times: Vec<(i64,)> = sqlx::query_as(&format!(
+        "SELECT created_at FROM alert_deliveries \
+         WHERE channel_id = $1 AND created_at > $2 AND {which} ORDER BY created_at LIMIT $3"
+    ))
+    .bind(channel_id)
+    .bind(now - MINUTE_MS)
+    .bind(ON_DEMAND_PER_MINUTE as i64 + 1)
+    .fetch_all(&mut *tx)
+    .await?;
+    if times.len() <= ON_DEMAND_PER_MINUTE {
+        return Ok(None);
+    }
+    // The new one fits once the oldest of the minute has left it.
+    let frees_at = times[0].0 + MINUTE_MS;
+    Ok(Some(((frees_at - now + 999) / 1000).max(1)))
+}
+
+/// Deliveries (with their attempts and incident lists) older than this are deleted.
+pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// Deletes deliveries created before `now - RETENTION_MS`, their attempts and incident lists
+/// with them, a few hundred per transaction (the outbox's writers are never held long).
+/// Returns how many deliveries went.
+pub async fn purge(db: &Db, now: i64) -> Result<u64, DbError> {
+    const CHUNK: i64 = 500;
+    let mut total = 0;
+    loop {
+        let done = sqlx::query(
+            "DELETE FROM alert_deliveries WHERE id IN ( \
+                 SELECT id FROM alert_deliveries WHERE created_at < $1 LIMIT $2)",
+        )
+        .bind(now - RETENTION_MS)
+        .bind(CHUNK)
+        .execute(&db.pool)
+        .await?;
+        total += done.rows_affected();
+        if done.rows_affected() < CHUNK as u64 {
+            return Ok(total);
+        }
+    }
+}
+
 /// A filter of the delivery log.
 #[derive(Clone, Debug, Default)]
 pub struct DeliveryFilter {
@@ -515,7 +710,8 @@ impl Alerts {
     }
 
     /// Sends a delivery again: a new delivery with the same body (frozen now if the original
-    /// never got one) and a new `webhook-id`, due at once.
+    /// never got one) and a new `webhook-id`, due at once; at most [`ON_DEMAND_PER_MINUTE`]
+    /// resends to one channel a minute.
     pub async fn resend(&self, user_id: &str, id: &str) -> Result<Delivery, AlertError> {
         let original = self.delivery(user_id, id).await?;
         // The channel must still exist (and be the caller's).
@@ -527,6 +723,7 @@ impl Alerts {
                 .await?;
         let now = now_ms();
         let mut tx = self.db.pool.begin().await?;
+        lock_on_demand(&mut tx, self.db.engine, &original.channel_id).await?;
         let ids: Vec<&str> = original.incident_ids.iter().map(String::as_str).collect();
         let new_id = create(
             &mut tx,
@@ -538,12 +735,19 @@ impl Alerts {
             0,
         )
         .await?;
-        if let Some(body) = body {
-            sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2")
-                .bind(body)
-                .bind(&new_id)
-                .execute(&mut *tx)
-                .await?;
+        sqlx::query("UPDATE alert_deliveries SET body = $1, resent_from = $2 WHERE id = $3")
+            .bind(body)
+            .bind(id)
+            .bind(&new_id)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(wait) = over_limit(&mut tx, &original.channel_id, OnDemand::Resend, now).await?
+        {
+            tx.rollback().await?;
+            return Err(super::invalid(
+                "delivery",
+                format!("Too many resends; try again in {wait} s"),
+            ));
         }
         bury_if_disabled(&mut tx, &new_id, channel.enabled.0).await?;
         // The answer is the delivery as queued, read before the sender can see it (see

@@ -1,5 +1,14 @@
 //! What receivers get (alerts.md §3): the body of each channel type, and the Standard Webhooks
 //! signature of a webhook attempt.
+//!
+//! Chat messages carry text, never markup from users (decisions.md §14): a rule over every
+//! stream reports streams other users registered and named, so stream names, URLs and details
+//! are escaped per Slack's rules (`&` `<` `>`) and per Discord's Markdown, Discord messages
+//! allow no mentions, and PagerDuty summaries are plain text of at most 1,024 characters. The
+//! only links are the service's own (a stream's page under `STREAMWATCH_PUBLIC_URL`).
+//!
+//! A PagerDuty routing key is never part of a stored body: bodies are stored with an empty
+//! `routing_key`, which [`with_routing_key`] fills in at send time.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -20,6 +29,27 @@ const DISCORD_MAX_CHARS: usize = 2_000;
 const SLACK_MAX_CHARS: usize = 4_000;
 /// One incident's line at most (rule and stream names are up to 120 characters each).
 const LINE_MAX_CHARS: usize = 300;
+/// PagerDuty's limit of `payload.summary`.
+const PAGERDUTY_SUMMARY_MAX_CHARS: usize = 1_024;
+/// The detail of an incident resolved because its stream was deleted.
+pub const STREAM_DELETED: &str = "stream deleted";
+
+/// Where messages link to: the service's public address, when configured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Links<'a> {
+    pub public_url: Option<&'a str>,
+}
+
+impl Links<'_> {
+    /// The page of what an incident is about: its stream's page, or the QoE page.
+    fn of(&self, i: &Incident) -> Option<String> {
+        let base = self.public_url?;
+        Some(match &i.stream_id {
+            Some(id) => format!("{base}/app/streams/{id}"),
+            None => format!("{base}/app/qoe"),
+        })
+    }
+}
 
 /// An incident as receivers (and the API) see it.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -78,12 +108,12 @@ pub fn webhook_type(event: DeliveryEvent) -> &'static str {
 }
 
 /// The bodies of one delivery: one request for every channel type but PagerDuty, which gets
-/// one event per incident. `routing_key` is the opened PagerDuty key.
+/// one event per incident (with an empty `routing_key`: see [`with_routing_key`]).
 pub fn bodies(
     kind: ChannelType,
     event: DeliveryEvent,
     incidents: &[Incident],
-    routing_key: Option<&str>,
+    links: Links<'_>,
     now: i64,
 ) -> Vec<Value> {
     match kind {
@@ -93,28 +123,32 @@ pub fn bodies(
             "data": { "incidents": incidents.iter().map(|i| as_notified(i, event)).collect::<Vec<_>>() },
         })],
         ChannelType::Slack => {
-            vec![json!({ "text": chat_text(event, incidents, SLACK_MAX_CHARS) })]
+            vec![json!({ "text": chat_text(Chat::Slack, event, incidents, links) })]
         }
         ChannelType::Discord => {
-            vec![json!({ "content": chat_text(event, incidents, DISCORD_MAX_CHARS) })]
+            // No mention in the text pings anyone (`@everyone`, `<@id>`, roles).
+            vec![json!({
+                "content": chat_text(Chat::Discord, event, incidents, links),
+                "allowed_mentions": { "parse": [] },
+            })]
         }
         ChannelType::Pagerduty => {
             if event == DeliveryEvent::Test {
                 // A test opens and at once resolves a throwaway alert, so nobody stays paged.
                 let dedup = format!("streamwatch-test-{now}");
                 let trigger = pagerduty_event(
-                    routing_key,
                     "trigger",
                     &dedup,
                     "streamwatch test notification",
+                    None,
                     now,
                     json!({}),
                 );
                 let resolve = pagerduty_event(
-                    routing_key,
                     "resolve",
                     &dedup,
                     "streamwatch test notification",
+                    None,
                     now,
                     json!({}),
                 );
@@ -129,10 +163,10 @@ pub fn bodies(
                 .iter()
                 .map(|i| {
                     pagerduty_event(
-                        routing_key,
                         action,
                         &format!("streamwatch-{}", i.id),
-                        &summary(i, event),
+                        &shorten(&summary(i, event), PAGERDUTY_SUMMARY_MAX_CHARS),
+                        links.of(i),
                         now,
                         serde_json::to_value(as_notified(i, event)).unwrap_or(Value::Null),
                     )
@@ -143,15 +177,15 @@ pub fn bodies(
 }
 
 fn pagerduty_event(
-    routing_key: Option<&str>,
     action: &str,
     dedup_key: &str,
     summary: &str,
+    link: Option<String>,
     now: i64,
     details: Value,
 ) -> Value {
-    json!({
-        "routing_key": routing_key.unwrap_or_default(),
+    let mut event = json!({
+        "routing_key": "",
         "event_action": action,
         "dedup_key": dedup_key,
         "payload": {
@@ -161,27 +195,168 @@ fn pagerduty_event(
             "timestamp": Timestamp(now),
             "custom_details": details,
         },
-    })
+    });
+    if let Some(href) = link {
+        event["links"] = json!([{ "href": href, "text": "Open in streamwatch" }]);
+    }
+    event
 }
 
-/// One line about an incident: the rule, what it watches, what happened (for a resolve,
-/// that it recovered from it: the detail is still the fault's).
-fn summary(i: &Incident, event: DeliveryEvent) -> String {
-    let what = if event == DeliveryEvent::Resolved {
-        format!("recovered (was: {})", i.detail)
-    } else {
-        i.detail.clone()
-    };
-    match &i.stream_name {
-        Some(stream) => format!("{}: {stream}: {what}", i.rule_name),
-        None => format!("{}: {what}", i.rule_name),
+/// The request bodies of a PagerDuty delivery with the (opened) routing key, set at send time
+/// so that the key is never stored with the body.
+pub fn with_routing_key(mut bodies: Vec<Value>, routing_key: &str) -> Vec<Value> {
+    for b in &mut bodies {
+        if let Some(obj) = b.as_object_mut() {
+            obj.insert("routing_key".into(), Value::String(routing_key.to_owned()));
+        }
+    }
+    bodies
+}
+
+/// The chat services, each with its own escaping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chat {
+    Slack,
+    Discord,
+}
+
+impl Chat {
+    fn max_chars(self) -> usize {
+        match self {
+            Chat::Slack => SLACK_MAX_CHARS,
+            Chat::Discord => DISCORD_MAX_CHARS,
+        }
+    }
+
+    /// Text from users as this service shows it: literally, never as markup.
+    pub fn escape(self, s: &str) -> String {
+        match self {
+            Chat::Slack => slack_escape(s),
+            Chat::Discord => discord_escape(s),
+        }
+    }
+
+    /// A link of the service's own, after a line.
+    fn link(self, href: &str) -> String {
+        match self {
+            Chat::Slack => format!(" <{}|open>", slack_escape(href)),
+            // Angle brackets: a plain link, without an embed.
+            Chat::Discord => format!(" <{href}>"),
+        }
     }
 }
 
+/// Slack's escaping of message text: with `&`, `<` and `>` escaped no `<!channel>`,
+/// `<@U…>` or `<url|label>` can be formed.
+pub fn slack_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Discord's Markdown escaped: every character that starts formatting, a link or a quote
+/// (`\`, `*`, `_`, `~`, `` ` ``, `|`, `>`, `[`, `]`, `(`, `)`, `#`), and `-` at a line's start
+/// (a list), gets a backslash.
+pub fn discord_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut line_start = true;
+    for c in s.chars() {
+        match c {
+            '\\' | '*' | '_' | '~' | '`' | '|' | '>' | '[' | ']' | '(' | ')' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '-' if line_start => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+        line_start = c == '\n';
+    }
+    out
+}
+
+/// Text on one line: line breaks and other control characters become spaces (a stream's
+/// name cannot hold them, but an answer's detail might).
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// One line about an incident: the rule, what it watches, what happened (for a resolve,
+/// that it recovered from it: the detail is still the fault's; or that its stream is gone).
+/// As pieces, each marked `true` when it is text from users (names, URLs, details), so a chat
+/// line escapes those and keeps its own punctuation as it is.
+fn summary_pieces(i: &Incident, event: DeliveryEvent) -> Vec<(String, bool)> {
+    let ours = |s: &str| (s.to_owned(), false);
+    let theirs = |s: &str| (one_line(s), true);
+    let mut pieces = vec![theirs(&i.rule_name), ours(": ")];
+    if let Some(stream) = &i.stream_name {
+        pieces.extend([theirs(stream), ours(": ")]);
+    }
+    if event == DeliveryEvent::Resolved && i.detail == STREAM_DELETED {
+        pieces.push(ours(&format!("resolved: {STREAM_DELETED}")));
+    } else if event == DeliveryEvent::Resolved {
+        pieces.extend([ours("recovered (was: "), theirs(&i.detail), ours(")")]);
+    } else {
+        pieces.push(theirs(&i.detail));
+    }
+    pieces
+}
+
+/// The line of [`summary_pieces`] as plain text.
+fn summary(i: &Incident, event: DeliveryEvent) -> String {
+    summary_pieces(i, event)
+        .into_iter()
+        .map(|(text, _)| text)
+        .collect()
+}
+
+/// The line of [`summary_pieces`] cut to `max` characters of text (ending in "…" when cut),
+/// then with the users' pieces escaped for `chat`.
+fn chat_line(chat: Chat, i: &Incident, event: DeliveryEvent, max: usize) -> String {
+    let pieces = summary_pieces(i, event);
+    let total: usize = pieces.iter().map(|(t, _)| t.chars().count()).sum();
+    let mut budget = if total > max { max - 1 } else { max };
+    let mut out = String::new();
+    for (text, from_users) in pieces {
+        if budget == 0 {
+            break;
+        }
+        let kept: String = text.chars().take(budget).collect();
+        budget -= kept.chars().count();
+        if from_users {
+            out.push_str(&chat.escape(&kept));
+        } else {
+            out.push_str(&kept);
+        }
+    }
+    if total > max {
+        out.push('…');
+    }
+    out
+}
+
 /// A chat message: the count and event, then each incident (at most [`CHAT_LISTED`], each
-/// line at most [`LINE_MAX_CHARS`]), then "and N more"; fewer are listed when the message
-/// would exceed `max_chars`.
-pub fn chat_text(event: DeliveryEvent, incidents: &[Incident], max_chars: usize) -> String {
+/// line's text at most [`LINE_MAX_CHARS`] before escaping, with a link to its page when the
+/// public address is known), then "and N more"; fewer are listed when the message would
+/// exceed the service's limit.
+pub fn chat_text(
+    chat: Chat,
+    event: DeliveryEvent,
+    incidents: &[Incident],
+    links: Links<'_>,
+) -> String {
+    let max_chars = chat.max_chars();
     let n = incidents.len();
     let noun = if n == 1 { "incident" } else { "incidents" };
     let head = match event {
@@ -193,7 +368,11 @@ pub fn chat_text(event: DeliveryEvent, incidents: &[Incident], max_chars: usize)
     let lines: Vec<String> = incidents
         .iter()
         .take(CHAT_LISTED)
-        .map(|i| shorten(&format!("• {}", summary(i, event)), LINE_MAX_CHARS))
+        .map(|i| {
+            let text = chat_line(chat, i, event, LINE_MAX_CHARS - 2);
+            let link = links.of(i).map(|href| chat.link(&href)).unwrap_or_default();
+            format!("• {text}{link}")
+        })
         .collect();
     let text = |listed: usize| {
         let mut out = vec![head.clone()];
@@ -280,7 +459,7 @@ mod tests {
             ChannelType::Webhook,
             DeliveryEvent::Firing,
             &incs,
-            None,
+            Links::default(),
             1_767_261_700_000,
         )[0];
         assert_eq!(b["type"], "incident.firing");
@@ -293,7 +472,7 @@ mod tests {
             ChannelType::Webhook,
             DeliveryEvent::Resolved,
             &incs,
-            None,
+            Links::default(),
             0,
         )[0];
         assert_eq!(r["type"], "incident.resolved");
@@ -306,7 +485,12 @@ mod tests {
     #[test]
     fn chat_names_at_most_ten_then_counts() {
         let incs: Vec<Incident> = (0..13).map(|n| incident(n, true)).collect();
-        let text = chat_text(DeliveryEvent::Firing, &incs, DISCORD_MAX_CHARS);
+        let text = chat_text(
+            Chat::Discord,
+            DeliveryEvent::Firing,
+            &incs,
+            Links::default(),
+        );
         assert!(text.starts_with("streamwatch: 13 incidents firing\n"));
         assert_eq!(text.lines().filter(|l| l.starts_with("• ")).count(), 10);
         assert!(text.ends_with("and 3 more"));
@@ -314,7 +498,7 @@ mod tests {
             ChannelType::Slack,
             DeliveryEvent::Firing,
             &incs[..1],
-            None,
+            Links::default(),
             0,
         )[0];
         assert_eq!(
@@ -325,7 +509,7 @@ mod tests {
             ChannelType::Discord,
             DeliveryEvent::Resolved,
             &incs[..1],
-            None,
+            Links::default(),
             0,
         )[0];
         assert_eq!(
@@ -344,7 +528,13 @@ mod tests {
                 ..incident(n, true)
             })
             .collect();
-        let body = &bodies(ChannelType::Discord, DeliveryEvent::Firing, &incs, None, 0)[0];
+        let body = &bodies(
+            ChannelType::Discord,
+            DeliveryEvent::Firing,
+            &incs,
+            Links::default(),
+            0,
+        )[0];
         let content = body["content"].as_str().unwrap_or_default();
         assert!(
             content.chars().count() <= DISCORD_MAX_CHARS,
@@ -360,19 +550,27 @@ mod tests {
     #[test]
     fn pagerduty_is_one_event_per_incident_with_a_stable_dedup_key() {
         let incs = vec![incident(1, true), incident(2, true)];
-        let fire = bodies(
+        let stored = bodies(
             ChannelType::Pagerduty,
             DeliveryEvent::Firing,
             &incs,
-            Some("R123"),
+            Links::default(),
             0,
         );
-        let resolve = bodies(
-            ChannelType::Pagerduty,
-            DeliveryEvent::Resolved,
-            &incs,
-            Some("R123"),
-            0,
+        assert!(
+            stored.iter().all(|b| b["routing_key"] == ""),
+            "the key is never part of a stored body"
+        );
+        let fire = with_routing_key(stored, "R123");
+        let resolve = with_routing_key(
+            bodies(
+                ChannelType::Pagerduty,
+                DeliveryEvent::Resolved,
+                &incs,
+                Links::default(),
+                0,
+            ),
+            "R123",
         );
         assert_eq!(fire.len(), 2);
         assert_eq!(fire[0]["event_action"], "trigger");
@@ -382,5 +580,141 @@ mod tests {
         assert_eq!(fire[0]["routing_key"], "R123");
         assert_eq!(fire[0]["payload"]["severity"], "critical");
         assert_eq!(fire[0]["payload"]["source"], "streamwatch");
+    }
+
+    /// Finding 4 of the hardening round: a stream named by another user must not ping a
+    /// channel or disguise a link.
+    fn hostile(n: usize) -> Incident {
+        Incident {
+            stream_name: Some(
+                "<!channel> @everyone <https://evil.example/login|Sign in again> [Sign in](https://evil.example) *now* - # x".into(),
+            ),
+            source_url: Some("https://evil.example/a_b.m3u8?x=1&y=<2>".into()),
+            detail: "HTTP 500\n- injected line".into(),
+            ..incident(n, true)
+        }
+    }
+
+    #[test]
+    fn slack_text_escapes_every_angle_bracket_and_ampersand() {
+        let b = &bodies(
+            ChannelType::Slack,
+            DeliveryEvent::Firing,
+            &[hostile(1)],
+            Links::default(),
+            0,
+        )[0];
+        let text = b["text"].as_str().unwrap_or_default();
+        assert!(!text.contains('<') && !text.contains('>'), "{text}");
+        assert!(text.contains("&lt;!channel&gt;"), "{text}");
+        assert!(text.contains("&lt;https://evil.example/login|Sign in again&gt;"));
+        assert_eq!(text.lines().count(), 2, "one line per incident: {text}");
+        assert_eq!(slack_escape("a & b <c>"), "a &amp; b &lt;c&gt;");
+    }
+
+    #[test]
+    fn discord_content_escapes_markdown_and_allows_no_mentions() {
+        let b = &bodies(
+            ChannelType::Discord,
+            DeliveryEvent::Firing,
+            &[hostile(1)],
+            Links::default(),
+            0,
+        )[0];
+        assert_eq!(b["allowed_mentions"], json!({ "parse": [] }));
+        let content = b["content"].as_str().unwrap_or_default();
+        assert!(
+            content.contains(r"\[Sign in\]\(https://evil.example\)"),
+            "no masked link: {content}"
+        );
+        assert!(content.contains(r"\*now\*"), "{content}");
+        assert_eq!(content.lines().count(), 2, "{content}");
+        assert_eq!(
+            discord_escape("- a_b\n# c|d `e` ~f~ >g \\ - h"),
+            r"\- a\_b
+\# c\|d \`e\` \~f\~ \>g \\ - h"
+        );
+    }
+
+    #[test]
+    fn pagerduty_summaries_are_one_plain_line_of_at_most_1024_characters() {
+        let long = Incident {
+            rule_name: "r".repeat(120),
+            detail: "d\n".repeat(2000),
+            ..hostile(1)
+        };
+        let b = &bodies(
+            ChannelType::Pagerduty,
+            DeliveryEvent::Firing,
+            &[long],
+            Links::default(),
+            0,
+        )[0];
+        let summary = b["payload"]["summary"].as_str().unwrap_or_default();
+        assert_eq!(summary.chars().count(), 1024);
+        assert!(!summary.contains('\n'));
+    }
+
+    #[test]
+    fn messages_link_to_the_streams_page_under_the_public_address() {
+        let links = Links {
+            public_url: Some("https://watch.example.com"),
+        };
+        let i = incident(1, true);
+        let slack = &bodies(
+            ChannelType::Slack,
+            DeliveryEvent::Firing,
+            std::slice::from_ref(&i),
+            links,
+            0,
+        )[0];
+        assert!(slack["text"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with(" <https://watch.example.com/app/streams/s1|open>"));
+        let discord = &bodies(
+            ChannelType::Discord,
+            DeliveryEvent::Firing,
+            std::slice::from_ref(&i),
+            links,
+            0,
+        )[0];
+        assert!(discord["content"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with(" <https://watch.example.com/app/streams/s1>"));
+        let pd = &bodies(
+            ChannelType::Pagerduty,
+            DeliveryEvent::Firing,
+            &[i],
+            links,
+            0,
+        )[0];
+        assert_eq!(
+            pd["links"][0]["href"],
+            "https://watch.example.com/app/streams/s1"
+        );
+        // Without a public address, no link.
+        let plain = &bodies(
+            ChannelType::Slack,
+            DeliveryEvent::Firing,
+            &[incident(1, true)],
+            Links::default(),
+            0,
+        )[0];
+        assert!(!plain["text"].as_str().unwrap_or_default().contains("http"));
+    }
+
+    #[test]
+    fn a_resolve_of_a_deleted_stream_says_so() {
+        let i = Incident {
+            detail: STREAM_DELETED.into(),
+            ..incident(1, true)
+        };
+        let text = chat_text(Chat::Slack, DeliveryEvent::Resolved, &[i], Links::default());
+        assert!(
+            text.ends_with("Origin down: Channel 1: resolved: stream deleted"),
+            "{text}"
+        );
     }
 }

@@ -17,6 +17,10 @@ pub const WINDOW_MIN_MS: i64 = 60_000;
 pub const WINDOW_MAX_MS: i64 = 86_400_000;
 pub const MIN_VIEWS_DEFAULT: i64 = 25;
 pub const REMIND_MIN_MS: i64 = 300_000;
+/// Rules one user may have (decisions.md §14).
+pub const MAX_RULES_PER_USER: i64 = 200;
+/// `disabledReason` of a rule whose stream was deleted.
+pub const STREAM_DELETED: &str = "stream deleted";
 
 /// A rule's writable fields as a request gives them (`None` = not given). `stream_id` and
 /// `remind_every_ms` distinguish "not given" from "null".
@@ -106,7 +110,11 @@ impl Alerts {
                     input.measurement.is_some(),
                     "qoe",
                 );
-                if let Some(id) = &stream_id {
+                // The stream must exist when it is named, and when the rule is on: a rule kept
+                // (disabled) after its stream was deleted can be renamed, not switched back on.
+                let enabled = input.enabled.or(base.map(|b| b.enabled)).unwrap_or(true);
+                let check = input.stream_id.is_some() || base.is_none() || enabled;
+                if let (Some(id), true) = (&stream_id, check) {
                     let exists: Option<(i64,)> =
                         sqlx::query_as("SELECT 1 FROM streams WHERE id = $1")
                             .bind(id)
@@ -245,13 +253,18 @@ impl Alerts {
         let s = self.settle(user_id, input, None).await?;
         let id = new_id();
         let mut tx = self.db.pool.begin().await?;
+        super::channels::lock_user(&mut tx, self.db.engine, "rules", user_id).await?;
         let q = s.qoe.as_ref();
-        sqlx::query(
+        let threshold = NullableF64(q.map(|q| q.threshold));
+        // Inserted only under the cap (counted in the same statement).
+        let done = sqlx::query(&format!(
             "INSERT INTO alert_rules (id, user_id, name, kind, stream_id, fail_after, recover_after, \
                  metric, measurement, op, threshold, window_ms, min_views, filters, remind_every_ms, \
                  enabled, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-        )
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {}, $12, $13, $14, $15, $16, $17 \
+             WHERE (SELECT COUNT(*) FROM alert_rules WHERE user_id = $2) < $19",
+            NullableF64::SQL_11_18
+        ))
         .bind(&id)
         .bind(user_id)
         .bind(&s.name)
@@ -262,15 +275,23 @@ impl Alerts {
         .bind(q.map(|q| q.metric.as_str()))
         .bind(q.map(|q| q.measurement.as_str()))
         .bind(q.map(|q| q.op.as_str()))
-        .bind(q.map(|q| q.threshold))
+        .bind(threshold.value())
         .bind(q.map(|q| q.window_ms))
         .bind(q.map(|q| q.min_views))
         .bind(serde_json::to_string(&q.map(|q| q.filters.clone()).unwrap_or_default()).unwrap_or_else(|_| "[]".into()))
         .bind(s.remind_every_ms)
         .bind(i64::from(s.enabled))
         .bind(now_ms())
+        .bind(threshold.present())
+        .bind(MAX_RULES_PER_USER)
         .execute(&mut *tx)
         .await?;
+        if done.rows_affected() == 0 {
+            return Err(super::invalid(
+                "name",
+                format!("Rule limit reached ({MAX_RULES_PER_USER})"),
+            ));
+        }
         set_channels(&mut tx, &id, &s.channel_ids).await?;
         tx.commit().await?;
         self.rule(user_id, &id).await
@@ -291,12 +312,16 @@ impl Alerts {
             evaluate::resolve_all_of_rule(&mut tx, self.db.engine, id, now).await?;
         }
         let q = s.qoe.as_ref();
-        sqlx::query(
+        let threshold = NullableF64(q.map(|q| q.threshold));
+        // Switched on: the reason the service switched it off no longer holds.
+        sqlx::query(&format!(
             "UPDATE alert_rules SET name = $1, stream_id = $2, fail_after = $3, recover_after = $4, \
-                 metric = $5, measurement = $6, op = $7, threshold = $8, window_ms = $9, \
-                 min_views = $10, filters = $11, remind_every_ms = $12, enabled = $13 \
+                 metric = $5, measurement = $6, op = $7, threshold = {}, window_ms = $9, \
+                 min_views = $10, filters = $11, remind_every_ms = $12, enabled = $13, \
+                 disabled_reason = CASE WHEN $13 = 1 THEN NULL ELSE disabled_reason END \
              WHERE id = $14 AND user_id = $15",
-        )
+            NullableF64::SQL_8_16
+        ))
         .bind(&s.name)
         .bind(s.stream_id.as_deref())
         .bind(s.fail_after)
@@ -304,7 +329,7 @@ impl Alerts {
         .bind(q.map(|q| q.metric.as_str()))
         .bind(q.map(|q| q.measurement.as_str()))
         .bind(q.map(|q| q.op.as_str()))
-        .bind(q.map(|q| q.threshold))
+        .bind(threshold.value())
         .bind(q.map(|q| q.window_ms))
         .bind(q.map(|q| q.min_views))
         .bind(serde_json::to_string(&q.map(|q| q.filters.clone()).unwrap_or_default()).unwrap_or_else(|_| "[]".into()))
@@ -312,6 +337,7 @@ impl Alerts {
         .bind(i64::from(s.enabled))
         .bind(id)
         .bind(user_id)
+        .bind(threshold.present())
         .execute(&mut *tx)
         .await?;
         set_channels(&mut tx, id, &s.channel_ids).await?;
@@ -407,6 +433,7 @@ impl Alerts {
                 recover_after: r.recover_after,
                 remind_every_ms: r.remind_every_ms,
                 enabled: r.enabled.0,
+                disabled_reason: r.disabled_reason,
                 created_at: r.created_at,
                 state,
             });
@@ -423,6 +450,30 @@ impl Alerts {
         .fetch_optional(&self.db.pool)
         .await?;
         Ok(row.is_some())
+    }
+}
+
+/// A nullable `DOUBLE PRECISION` parameter that binds alike whether or not it is null.
+///
+/// sqlx 0.8's `Any` driver sends a null `f64` to PostgreSQL typed as `float4` (and a value as
+/// `float8`), and PostgreSQL keeps the parameter types a connection first prepared a statement
+/// with: after a stream rule (threshold null), every QoE rule insert on that pooled connection
+/// failed with "incorrect binary data format". So the value always goes as an `f64` (0 when
+/// absent) with a 0/1 flag, and the statement reads `CASE WHEN <flag> = 1 THEN <value> END`.
+struct NullableF64(Option<f64>);
+
+impl NullableF64 {
+    /// The threshold of the rule insert: value `$11`, flag `$18`.
+    const SQL_11_18: &'static str = "CASE WHEN $18 = 1 THEN $11 END";
+    /// The threshold of the rule update: value `$8`, flag `$16`.
+    const SQL_8_16: &'static str = "CASE WHEN $16 = 1 THEN $8 END";
+
+    fn value(&self) -> f64 {
+        self.0.unwrap_or(0.0)
+    }
+
+    fn present(&self) -> i64 {
+        i64::from(self.0.is_some())
     }
 }
 

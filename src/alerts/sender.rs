@@ -1,10 +1,14 @@
 //! The delivery worker: claims due deliveries, sends each through the SSRF-guarded client (a
 //! 10 s timeout per request), and records the outcome of every attempt (alerts.md §3).
+//!
+//! Fair delivery (decisions.md §14): each channel is its own queue with at most 4 deliveries
+//! in flight, each user at most 16 across their channels ([`outbox::Caps`]); a delivery sends
+//! its requests one after the other, so a channel never has more than 4 requests in flight,
+//! and a receiver that never answers holds its own channel's slots, never another's.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt};
 use rand::Rng;
 use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use serde_json::Value;
@@ -19,9 +23,6 @@ use crate::ssrf::{guard_refusal, GuardError};
 use crate::states::{ChannelType, DeliveryStatus};
 use crate::time::now_ms;
 
-/// Requests of one delivery (a PagerDuty group) in flight at once.
-const GROUP_REQUESTS_AT_ONCE: usize = 8;
-
 /// `User-Agent` of every notification.
 pub const USER_AGENT: &str = concat!("streamwatch/", env!("CARGO_PKG_VERSION"));
 
@@ -33,8 +34,11 @@ pub struct SenderConfig {
     /// How often the outbox is polled for deliveries another instance queued or whose retry
     /// came due (local transitions wake the worker at once).
     pub poll: Duration,
-    /// Deliveries claimed per round, and sent at once at most.
-    pub batch: i64,
+    /// Deliveries this instance sends at once at most (a bound on its sockets and memory,
+    /// far above what fairness lets one user hold).
+    pub batch: usize,
+    /// Deliveries in flight per channel and per user.
+    pub caps: outbox::Caps,
 }
 
 impl Default for SenderConfig {
@@ -42,7 +46,8 @@ impl Default for SenderConfig {
         SenderConfig {
             timeout: Duration::from_secs(10),
             poll: Duration::from_secs(1),
-            batch: 32,
+            batch: 512,
+            caps: outbox::Caps::default(),
         }
     }
 }
@@ -53,6 +58,8 @@ struct Target {
     #[sqlx(rename = "type", try_from = "String")]
     kind: ChannelType,
     url: String,
+    /// Slack and Discord: the real URL (`url` is its masked form).
+    url_sealed: Option<String>,
     routing_key_sealed: Option<String>,
     secret_sealed: Option<String>,
     previous_secret_sealed: Option<String>,
@@ -82,6 +89,9 @@ pub async fn run(alerts: Alerts, cfg: SenderConfig, mut stop: watch::Receiver<bo
             .await;
     }
     check_sealing_key(&alerts).await;
+    if let Err(e) = alerts.seal_at_rest().await {
+        tracing::warn!(error = %e, "alert sender: stored channel secrets not sealed yet; retried at the next start");
+    }
     // Each delivery is its own task, up to `batch` at once: a slow receiver (a PagerDuty group
     // is one request per incident) holds one slot, never the others. A freed slot is filled at
     // once; otherwise the outbox is polled, or a local transition wakes the worker.
@@ -91,10 +101,10 @@ pub async fn run(alerts: Alerts, cfg: SenderConfig, mut stop: watch::Receiver<bo
         if *stop.borrow() {
             break;
         }
-        let free = cfg.batch - in_flight.len() as i64;
+        let free = cfg.batch.saturating_sub(in_flight.len());
         if free > 0 {
             let now = now_ms();
-            match outbox::claim(&alerts.db, now, now + lease_ms, free).await {
+            match outbox::claim(&alerts.db, now, now + lease_ms, cfg.caps, free).await {
                 Ok(claimed) => {
                     for c in claimed {
                         let (alerts, client, stop) = (alerts.clone(), client.clone(), stop.clone());
@@ -127,8 +137,9 @@ pub async fn run(alerts: Alerts, cfg: SenderConfig, mut stop: watch::Receiver<bo
 /// one that cannot open a stored secret says so at start, not only in each failed delivery.
 async fn check_sealing_key(alerts: &Alerts) {
     let sample: Result<Option<(String,)>, _> = sqlx::query_as(
-        "SELECT COALESCE(secret_sealed, routing_key_sealed) FROM alert_channels \
-         WHERE secret_sealed IS NOT NULL OR routing_key_sealed IS NOT NULL LIMIT 1",
+        "SELECT COALESCE(secret_sealed, routing_key_sealed, url_sealed) FROM alert_channels \
+         WHERE secret_sealed IS NOT NULL OR routing_key_sealed IS NOT NULL \
+            OR url_sealed IS NOT NULL LIMIT 1",
     )
     .fetch_optional(&alerts.db.pool)
     .await;
@@ -155,7 +166,7 @@ async fn attempt(
     stop: &watch::Receiver<bool>,
 ) -> Result<(), DbError> {
     let target: Option<Target> = sqlx::query_as(
-        "SELECT type, url, routing_key_sealed, secret_sealed, previous_secret_sealed, \
+        "SELECT type, url, url_sealed, routing_key_sealed, secret_sealed, previous_secret_sealed, \
              previous_secret_until FROM alert_channels WHERE id = $1",
     )
     .bind(&c.channel_id)
@@ -217,6 +228,7 @@ async fn attempt(
 /// Whether every sealed secret of the channel opens with this instance's key.
 fn secrets_open(alerts: &Alerts, t: &Target) -> bool {
     [
+        &t.url_sealed,
         &t.routing_key_sealed,
         &t.secret_sealed,
         &t.previous_secret_sealed,
@@ -227,7 +239,8 @@ fn secrets_open(alerts: &Alerts, t: &Target) -> bool {
 }
 
 /// The request bodies of a delivery: frozen at its first attempt (so every retry sends the
-/// same bytes), built from its incidents then.
+/// same bytes), built from its incidents then; a PagerDuty routing key is added now, never
+/// stored with them.
 async fn body_of(
     alerts: &Alerts,
     c: &Claimed,
@@ -237,21 +250,28 @@ async fn body_of(
     let frozen = match &c.body {
         Some(b) => b.clone(),
         None => {
-            let routing_key = match &t.routing_key_sealed {
-                Some(sealed) => match alerts.sealer.open(sealed) {
-                    Ok(k) => Some(k),
-                    Err(e) => return Ok(Err(e.to_string())),
-                },
-                None => None,
+            let links = payload::Links {
+                public_url: alerts.public_url.as_deref(),
             };
             outbox::freeze(&alerts.db, &c.id, |event, incidents| {
-                let bodies = payload::bodies(t.kind, event, incidents, routing_key.as_deref(), now);
+                let bodies = payload::bodies(t.kind, event, incidents, links, now);
                 serde_json::to_string(&bodies).unwrap_or_else(|_| "[]".into())
             })
             .await?
         }
     };
-    Ok(serde_json::from_str(&frozen).map_err(|e| format!("stored body unreadable: {e}")))
+    let bodies: Vec<Value> = match serde_json::from_str(&frozen) {
+        Ok(b) => b,
+        Err(e) => return Ok(Err(format!("stored body unreadable: {e}"))),
+    };
+    Ok(match (&t.routing_key_sealed, t.kind) {
+        (Some(sealed), ChannelType::Pagerduty) => alerts
+            .sealer
+            .open(sealed)
+            .map(|key| payload::with_routing_key(bodies, &key))
+            .map_err(|e| e.to_string()),
+        _ => Ok(bodies),
+    })
 }
 
 /// Sends every request of one attempt; the first that does not succeed decides the outcome.
@@ -268,9 +288,21 @@ async fn send(
     lease_ms: i64,
     stop: &watch::Receiver<bool>,
 ) -> Outcome {
+    let url = match &t.url_sealed {
+        Some(sealed) => match alerts.sealer.open(sealed) {
+            Ok(u) => u,
+            Err(e) => {
+                return Outcome::Failed {
+                    status: None,
+                    error: e.to_string(),
+                }
+            }
+        },
+        None => t.url.clone(),
+    };
     // Checked before any connection: the guard resolves the name and refuses any answer
     // outside the allowed addresses (the resolver checks again at connect time).
-    if let Err(e) = alerts.guard.check_url(&t.url).await {
+    if let Err(e) = alerts.guard.check_url(&url).await {
         return guard_outcome(&e);
     }
     let secrets = match signing_secrets(alerts, t, now) {
@@ -285,7 +317,7 @@ async fn send(
     let request = |body: &Value| {
         let text = body.to_string();
         let mut req = client
-            .post(&t.url)
+            .post(&url)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if t.kind == ChannelType::Webhook {
             let ts = now.div_euclid(1000);
@@ -310,13 +342,14 @@ async fn send(
             }
         }
     };
-    // A PagerDuty group is one event per incident: a few at a time, in order, so 1,000
-    // events to a slow endpoint still go out within the group window's bound.
-    let mut outcomes = stream::iter(bodies.iter().map(request)).buffered(GROUP_REQUESTS_AT_ONCE);
+    // A PagerDuty group is one event per incident, sent one after the other: a channel's
+    // requests in flight are its deliveries in flight (at most 4), and PagerDuty takes events
+    // of one routing key at its own pace anyway.
     let mut last = None;
     // The claim leased it for `lease_ms` from about `now`; renewed once half of that is gone.
     let mut leased_until = now + lease_ms;
-    while let Some(outcome) = outcomes.next().await {
+    for body in bodies {
+        let outcome = request(body).await;
         if !matches!(outcome, Outcome::Sent { .. }) {
             return outcome;
         }

@@ -63,6 +63,8 @@ pub struct ChannelBody {
     pub routing_key: Option<String>,
     #[serde(rename = "type")]
     pub kind: ChannelType,
+    /// The target; a Slack or Discord webhook URL (a secret) is masked:
+    /// `https://hooks.slack.com/…/****`.
     pub url: String,
 }
 
@@ -98,6 +100,7 @@ pub struct ChannelCreatedBody {
     pub secret: Option<String>,
     #[serde(rename = "type")]
     pub kind: ChannelType,
+    /// The target as given (shown in full this once).
     pub url: String,
 }
 
@@ -120,6 +123,10 @@ pub struct SecretBody {
 pub struct RuleBody {
     pub channel_ids: Vec<String>,
     pub created_at: Timestamp,
+    /// Why the service switched the rule off (`stream deleted`: its stream was deleted, by
+    /// anyone); null otherwise. `enabled: true` clears it.
+    #[schema(example = json!(null))]
+    pub disabled_reason: Option<String>,
     pub enabled: bool,
     /// `stream` rules.
     pub fail_after: Option<i64>,
@@ -149,6 +156,7 @@ impl From<Rule> for RuleBody {
         RuleBody {
             channel_ids: r.channel_ids,
             created_at: Timestamp(r.created_at),
+            disabled_reason: r.disabled_reason,
             enabled: r.enabled,
             fail_after: stream.then_some(r.fail_after),
             filter: q.map(|q| q.filters.clone()),
@@ -306,11 +314,17 @@ fn duration_field(
     }
 }
 
+/// `url`: an absolute URL (`Must be a valid URL`) of http or https (the guard's `Only http(s)
+/// URLs are allowed`, as for a stream's `sourceUrl`).
 fn url_field(c: &mut Checker<'_>) -> Option<String> {
     let url = c.optional_str("url", 1, URL_MAX)?;
     match url::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => Some(url.to_owned()),
-        _ => {
+        Ok(_) => {
+            c.reject("url", crate::ssrf::GuardError::BadScheme.to_string());
+            None
+        }
+        Err(_) => {
             c.reject("url", MSG_INVALID_URL);
             None
         }
@@ -476,8 +490,8 @@ fn paging(q: &QueryPairs, errors: &mut FieldErrors) -> (i64, Option<i64>) {
 #[utoipa::path(post, path = "/api/v1/alerts/channels", operation_id = "createAlertChannel", tag = "alerts",
     request_body = ChannelCreate,
     responses(
-        (status = 201, description = "The channel; `secret` for a webhook, this once", body = ChannelCreatedBody),
-        (status = 400, description = "Invalid body, or a target the SSRF guard refuses", body = FieldErrorsBody),
+        (status = 201, description = "The channel; `secret` for a webhook and the `url` in full, this once", body = ChannelCreatedBody),
+        (status = 400, description = "Invalid body, a target the SSRF guard refuses, or the caller's 50 channels reached (key `name`: `Channel limit reached (50)`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 500, response = InternalError),
     ),
@@ -502,7 +516,8 @@ pub async fn create_channel(
             routing_key: c.routing_key,
             secret: created.secret,
             kind: c.kind,
-            url: c.url,
+            // As given, this once: reads show a Slack or Discord URL masked.
+            url: created.url,
         }),
     ))
 }
@@ -570,11 +585,12 @@ pub async fn delete_channel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Send a test notification to a channel.
+/// Send a test notification to a channel (at most 10 a minute per channel).
 #[utoipa::path(post, path = "/api/v1/alerts/channels/{id}/test", operation_id = "testAlertChannel", tag = "alerts",
     params(("id" = String, Path)),
     responses(
         (status = 202, description = "Queued", body = DeliveryBody),
+        (status = 400, description = "10 test deliveries to this channel in the last minute (key `channel`: `Too many test deliveries; try again in <n> s`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
         (status = 500, response = InternalError),
@@ -614,7 +630,7 @@ pub async fn rotate_secret(
     request_body = RuleWrite,
     responses(
         (status = 201, body = RuleBody),
-        (status = 400, description = "Invalid body", body = FieldErrorsBody),
+        (status = 400, description = "Invalid body, or the caller's 200 rules reached (key `name`: `Rule limit reached (200)`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 500, response = InternalError),
     ),
@@ -790,11 +806,12 @@ pub async fn list_deliveries(
     }))
 }
 
-/// Send a delivery again: a new delivery, same body, new `webhookId`.
+/// Send a delivery again: a new delivery, same body, new `webhookId`; 10 a minute per channel.
 #[utoipa::path(post, path = "/api/v1/alerts/deliveries/{id}/resend", operation_id = "resendAlertDelivery", tag = "alerts",
     params(("id" = String, Path)),
     responses(
         (status = 202, description = "Queued", body = DeliveryBody),
+        (status = 400, description = "10 resends to this channel in the last minute (key `delivery`: `Too many resends; try again in <n> s`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's deliveries (or its channel is gone)", body = ErrorBody),
         (status = 500, response = InternalError),

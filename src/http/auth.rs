@@ -256,7 +256,7 @@ fn name_field(body: &Map<String, Value>) -> Result<&str, ApiError> {
     check_name(name).map_err(|problem| {
         validation(match problem {
             NameProblem::Empty => {
-                "[body.name] Too small: expected string to have >=1 characters".to_owned()
+                "[body.name] String must contain at least 1 character(s)".to_owned()
             }
             NameProblem::TooLong => {
                 format!("[body.name] Too big: expected string to have <={NAME_MAX} characters")
@@ -307,10 +307,16 @@ fn rate_limit(state: &AppState, peer: SocketAddr) -> Result<(), ApiError> {
         .map_err(ApiError::TooManyRequests)
 }
 
-fn issued_response(issued: Issued, body: impl Serialize) -> Response {
+fn issued_response(state: &AppState, issued: Issued, body: impl Serialize) -> Response {
     let mut r = Json(body).into_response();
-    r.headers_mut()
-        .insert(header::SET_COOKIE, set_cookie(&issued.cookie_value));
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        set_cookie(
+            &issued.cookie_value,
+            issued.session.expires_at,
+            state.secure_cookies,
+        ),
+    );
     r
 }
 
@@ -374,7 +380,7 @@ async fn try_sign_up(
         token: issued.token.clone(),
         user: UserBody::from(&issued.user),
     };
-    Ok(issued_response(issued, body))
+    Ok(issued_response(&state, issued, body))
 }
 
 /// Sign in with e-mail and password: a fresh session each time.
@@ -416,7 +422,7 @@ async fn try_sign_in(
         url: None,
         user: UserBody::from(&issued.user),
     };
-    Ok(issued_response(issued, body))
+    Ok(issued_response(&state, issued, body))
 }
 
 /// Sign out: ends the session and expires the cookie.
@@ -437,7 +443,8 @@ pub async fn sign_out(
         }
     }
     let mut r = Json(SignOutAnswer { success: true }).into_response();
-    r.headers_mut().insert(header::SET_COOKIE, clear_cookie());
+    r.headers_mut()
+        .insert(header::SET_COOKIE, clear_cookie(state.secure_cookies));
     Ok(r)
 }
 
@@ -463,8 +470,10 @@ pub async fn get_session(
     }))
     .into_response();
     if let Some(value) = &auth.refreshed_cookie {
-        r.headers_mut()
-            .insert(header::SET_COOKIE, set_cookie(value));
+        r.headers_mut().insert(
+            header::SET_COOKIE,
+            set_cookie(value, auth.session.expires_at, state.secure_cookies),
+        );
     }
     Ok(r)
 }
@@ -523,5 +532,5 @@ async fn try_change_password(
         token: issued.token.clone(),
         user: UserBody::from(&issued.user),
     };
-    Ok(issued_response(issued, body))
+    Ok(issued_response(&state, issued, body))
 }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::accounts::{Authenticated, SESSION_TTL_MS};
+use crate::accounts::Authenticated;
 
 pub const COOKIE_NAME: &str = "auth.session_token";
 /// JSON bodies of the account, stream, key and waitlist routes are small.
@@ -158,20 +158,27 @@ pub fn foreign_origin(method: &Method, headers: &HeaderMap) -> bool {
     }
 }
 
-/// `Set-Cookie` that stores a session cookie value.
-pub fn set_cookie(value: &str) -> HeaderValue {
-    let max_age = SESSION_TTL_MS / 1000;
+/// `Set-Cookie` that stores a session cookie value until the session's expiry; `Secure` when
+/// the service is reached over https (`STREAMWATCH_PUBLIC_URL`, decisions.md §14).
+pub fn set_cookie(value: &str, expires_at_ms: i64, secure: bool) -> HeaderValue {
+    // Rounded up: a cookie set a few ms after its session's expiry was computed still says 7 days.
+    let max_age = ((expires_at_ms - crate::time::now_ms() + 999) / 1000).max(0);
+    let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
-        "{COOKIE_NAME}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Lax"
+        "{COOKIE_NAME}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Lax{secure}"
     ))
-    .unwrap_or_else(|_| {
-        HeaderValue::from_static("auth.session_token=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax")
-    })
+    .unwrap_or_else(|_| clear_cookie(false))
 }
 
 /// `Set-Cookie` that removes the session cookie.
-pub fn clear_cookie() -> HeaderValue {
-    HeaderValue::from_static("auth.session_token=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax")
+pub fn clear_cookie(secure: bool) -> HeaderValue {
+    if secure {
+        HeaderValue::from_static(
+            "auth.session_token=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax; Secure",
+        )
+    } else {
+        HeaderValue::from_static("auth.session_token=; Max-Age=0; Path=/; HttpOnly; SameSite=Lax")
+    }
 }
 
 /// The signed-in user of a cookie-gated request.
@@ -202,11 +209,14 @@ pub async fn require_session(
         .filter(|auth| !auth.user.must_change_password)
         .ok_or(ApiError::Unauthorized)?;
     let refreshed = auth.refreshed_cookie.clone();
+    let expires_at = auth.session.expires_at;
     req.extensions_mut().insert(SessionUser(Arc::new(auth)));
     let mut resp = next.run(req).await.into_response();
     if let Some(value) = refreshed {
-        resp.headers_mut()
-            .append(header::SET_COOKIE, set_cookie(&value));
+        resp.headers_mut().append(
+            header::SET_COOKIE,
+            set_cookie(&value, expires_at, state.secure_cookies),
+        );
     }
     Ok(resp)
 }

@@ -15,18 +15,19 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-/// Serves `GET /metrics` on `listener` until `stop` turns true.
+/// Serves `GET /metrics` on `listener` until `stop` turns true, with the API's header, idle
+/// and write `limits` and the metrics listener's small connection cap.
 pub async fn serve(
     listener: TcpListener,
     handle: PrometheusHandle,
+    limits: crate::config::HttpLimits,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    axum::serve(listener, router(handle))
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|v| *v).await;
-        })
-        .await
-        .map_err(|e| format!("metrics listener failed: {e}"))
+    super::serve::serve_metrics(listener, router(handle), limits, async move {
+        let _ = stop.wait_for(|v| *v).await;
+    })
+    .await
+    .map_err(|e| format!("metrics listener failed: {e}"))
 }
 
 /// `GET /metrics` on the metrics listener.

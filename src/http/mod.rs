@@ -6,6 +6,7 @@ pub mod agents;
 pub mod alerts;
 pub mod assets;
 pub mod auth;
+pub mod bounds;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub key_cache: KeyCache,
     pub rate: RateLimiter,
     pub signup: crate::config::Signup,
+    /// Session cookies carry `Secure` (`STREAMWATCH_PUBLIC_URL` is https).
+    pub secure_cookies: bool,
     pub slow_ms: u64,
     /// Accepting a telemetry batch: the writer, the live views the refresher writes from
     /// memory (ClickHouse), the breaker, the User-Agent cache.
@@ -157,6 +160,8 @@ pub fn router(state: Arc<AppState>) -> Router {
                 ApiError::internal(format!("request handler panicked: {message}")).into_response()
             },
         ))
+        .layer(middleware::from_fn(bounds::bounded_query))
+        .layer(middleware::from_fn(bounds::capped_response))
         .layer(middleware::from_fn(security::headers))
         .layer(middleware::from_fn(metrics::track_requests))
         // Request ids: taken from `x-request-id` or generated, on every log line of the

@@ -7,7 +7,10 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 
-/// Every `key=value` pair of the query string, percent-decoded, in order.
+/// Every distinct `key=value` pair of the query string, percent-decoded, in order of first
+/// appearance: a value repeated is kept once (decisions.md §14; at most
+/// [`MAX_VALUES`](super::bounds::MAX_VALUES) distinct values of one key reach a handler, the
+/// [`bounded_query`](super::bounds::bounded_query) middleware answers 400 past that).
 #[derive(Debug, Default, Clone)]
 pub struct QueryPairs(pub Vec<(String, String)>);
 
@@ -18,10 +21,12 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryPairs {
         let RawQuery(raw) = RawQuery::from_request_parts(parts, state)
             .await
             .unwrap_or(RawQuery(None));
+        let mut seen = std::collections::HashSet::new();
         let pairs = raw
             .map(|q| {
                 url::form_urlencoded::parse(q.as_bytes())
                     .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .filter(|pair| seen.insert(pair.clone()))
                     .collect()
             })
             .unwrap_or_default();

@@ -8,7 +8,13 @@
 //! * an idle keep-alive connection (no request under way, no byte received) closes after
 //!   [`HttpLimits::idle`] (60 s);
 //! * a request body must keep arriving: [`HttpLimits::body`] (30 s) without a byte ends it
-//!   (the handler sees an unreadable body, answered as a 400).
+//!   (the handler sees an unreadable body, answered as a 400);
+//! * a response must keep leaving (decisions.md §14): [`HttpLimits::write`] (30 s) in which the
+//!   client takes no byte of it ends the connection, so a reader that never reads cannot pin a
+//!   connection (and its buffered responses) forever;
+//! * at most one response is ahead of the client: a pipelined request is handled only once the
+//!   previous response has left hyper's buffer for the socket ([`Flushed`]), so 40 pipelined
+//!   requests never read build one response at a time, not 40.
 //!
 //! hyper has one timer for the first two: its header-read timeout starts as soon as a
 //! connection waits for a request head, idle or not. [`ConnTimer`] gives it both meanings: the
@@ -48,6 +54,47 @@ pub async fn serve(
     max_connections: usize,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
+    serve_with(
+        listener,
+        router,
+        limits,
+        max_connections,
+        Some("streamwatch_http_connections_open"),
+        shutdown,
+    )
+    .await
+}
+
+/// Connections the metrics listener holds open at most (decisions.md §14): a scraper needs one.
+pub const METRICS_MAX_CONNECTIONS: usize = 64;
+
+/// [`serve`] for the metrics listener: the same header, idle and write limits, at most
+/// [`METRICS_MAX_CONNECTIONS`], and its connections not counted with the API's.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    serve_with(
+        listener,
+        router,
+        limits,
+        METRICS_MAX_CONNECTIONS,
+        None,
+        shutdown,
+    )
+    .await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    max_connections: usize,
+    connections_gauge: Option<&'static str>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let router = router.layer(RequestBodyTimeoutLayer::new(limits.body));
@@ -76,14 +123,24 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let head = Arc::new(HeadWait::default());
+        let flushed = Arc::new(Flushed::default());
         let io = TokioIo::new(WatchedIo {
             inner: stream,
             head: Arc::clone(&head),
+            flushed: Arc::clone(&flushed),
+            write_limit: limits.write,
+            stalled: None,
         });
         let router = router.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(req)
+            let (router, flushed) = (router.clone(), Arc::clone(&flushed));
+            async move {
+                // A pipelined request waits until the response before it has left for the
+                // socket: one response ahead of the client at most.
+                flushed.wait().await;
+                router.oneshot(req).await
+            }
         });
         let conn = http1::Builder::new()
             .timer(ConnTimer { head, limits })
@@ -91,11 +148,15 @@ pub async fn serve(
             .keep_alive(true)
             .serve_connection(io, service);
         let conn = graceful.watch(conn);
-        let open = metrics::gauge!("streamwatch_http_connections_open");
-        open.increment(1.0);
+        let open = connections_gauge.map(|name| metrics::gauge!(name));
+        if let Some(g) = &open {
+            g.increment(1.0);
+        }
         tokio::spawn(async move {
             let ended = conn.await;
-            open.decrement(1.0);
+            if let Some(g) = &open {
+                g.decrement(1.0);
+            }
             if let Err(e) = ended {
                 // Timeouts, resets and malformed requests end only their own connection.
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -146,10 +207,75 @@ impl HeadWait {
     }
 }
 
-/// The socket, noting the first byte of each request head.
+/// Whether bytes hyper handed to the socket are still on their way, and a wake-up for the
+/// request that waits for them. hyper calls `poll_flush` on the socket only once its own
+/// buffer is empty, so a completed flush means every response so far has left the process.
+#[derive(Debug, Default)]
+struct Flushed {
+    unflushed: AtomicBool,
+    done: tokio::sync::Notify,
+}
+
+impl Flushed {
+    fn wrote(&self) {
+        self.unflushed.store(true, Ordering::Release);
+    }
+
+    fn flushed(&self) {
+        if self.unflushed.swap(false, Ordering::AcqRel) {
+            self.done.notify_waiters();
+        }
+    }
+
+    /// Returns once nothing written is waiting in hyper's buffer.
+    async fn wait(&self) {
+        loop {
+            let notified = self.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.unflushed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The socket, noting the first byte of each request head, when written bytes have been
+/// flushed, and how long a write has been blocked (the client not reading).
 struct WatchedIo {
     inner: TcpStream,
     head: Arc<HeadWait>,
+    flushed: Arc<Flushed>,
+    write_limit: Duration,
+    /// Armed when a write finds the socket full; cleared by any progress.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl WatchedIo {
+    /// A write that made no progress arms (or checks) the write limit: past it, the write
+    /// fails and hyper ends the connection. Any progress disarms it.
+    fn watch_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let limit = self.write_limit;
+        let stall = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if stall.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took no byte of the response within the write limit",
+            )));
+        }
+        Poll::Pending
+    }
 }
 
 impl AsyncRead for WatchedIo {
@@ -173,11 +299,19 @@ impl AsyncWrite for WatchedIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        if !buf.is_empty() {
+            self.flushed.wrote();
+        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch_write(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            self.flushed.flushed();
+        }
+        self.watch_write(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -189,7 +323,11 @@ impl AsyncWrite for WatchedIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        if bufs.iter().any(|b| !b.is_empty()) {
+            self.flushed.wrote();
+        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

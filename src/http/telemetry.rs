@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, FieldErrorsBody, StoreUnavailable};
 use super::extract::{read_body, BodyError, PathText, SessionUser, MSG_BODY_UNREADABLE};
+use super::query::{int_in_range, QueryPairs};
 use super::AppState;
 use crate::time::Timestamp;
 
@@ -226,10 +227,45 @@ pub struct StoredEventBody {
     pub payload: Box<serde_json::value::RawValue>,
 }
 
-/// A session's events, `ts` ascending.
+/// A page of a session's events, `ts` ascending (ties by type).
 #[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct SessionEvents {
     pub items: Vec<StoredEventBody>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Events per page of a session's read-back: default and most (decisions.md §14).
+pub const EVENTS_LIMIT_DEFAULT: i64 = 1000;
+pub const EVENTS_LIMIT_MAX: i64 = 10_000;
+/// Payload bytes per page at most (a page then stays far under the 8 MiB response limit
+/// whatever the events hold); a page may hold fewer than `limit` events.
+pub const EVENTS_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// `limit` and `cursor` of a session's events.
+pub(crate) fn events_paging(
+    q: &QueryPairs,
+) -> Result<(usize, Option<analytics::EventCursor>), ApiError> {
+    let mut errors = crate::validation::FieldErrors::new();
+    let limit = match q.last("limit") {
+        None => EVENTS_LIMIT_DEFAULT,
+        Some(raw) => int_in_range(raw, 1, EVENTS_LIMIT_MAX).unwrap_or_else(|m| {
+            errors.insert("limit".into(), m);
+            EVENTS_LIMIT_DEFAULT
+        }),
+    };
+    let cursor = match q.last("cursor") {
+        None | Some("") => None,
+        Some(raw) => analytics::EventCursor::decode(raw).or_else(|| {
+            errors.insert("cursor".into(), "Invalid cursor".into());
+            None
+        }),
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    Ok((usize::try_from(limit).unwrap_or(1), cursor))
 }
 
 /// Ingest a batch of playback events (the player SDK's route). Idempotent: a batch sent
@@ -315,11 +351,16 @@ pub async fn sessions(
     }))
 }
 
-/// One of the caller's sessions, event by event.
+/// One of the caller's sessions, event by event, a page at a time.
 #[utoipa::path(get, path = "/api/v1/telemetry/sessions/{id}/events", operation_id = "telemetrySessionEvents", tag = "telemetry",
-    params(("id" = String, Path, description = "The session id the SDK sent")),
+    params(
+        ("id" = String, Path, description = "The session id the SDK sent"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 10000, description = "Events per page, default 1000 (a page holds at most 4 MiB of payloads, so it may hold fewer)"),
+        ("cursor" = Option<String>, Query, description = "The previous page's `nextCursor`"),
+    ),
     responses(
         (status = 200, body = SessionEvents),
+        (status = 400, description = "A bad `limit` or `cursor`", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "The caller has no such session", body = ErrorBody),
         (status = 500, response = StoreUnavailable),
@@ -329,16 +370,28 @@ pub async fn session_events(
     State(state): State<Arc<AppState>>,
     Extension(SessionUser(auth)): Extension<SessionUser>,
     PathText(session_id): PathText,
+    q: QueryPairs,
 ) -> Result<Json<SessionEvents>, ApiError> {
-    let events = state
+    let (limit, cursor) = events_paging(&q)?;
+    let page = state
         .analytics
-        .session_events(&auth.user.id, &session_id)
+        .session_events_page(
+            &auth.user.id,
+            &session_id,
+            cursor,
+            analytics::PageLimits {
+                events: limit,
+                payload_bytes: EVENTS_PAGE_BYTES,
+            },
+        )
         .await
         .map_err(ApiError::internal)?;
-    if events.is_empty() {
+    if page.events.is_empty() && cursor.is_none() {
         return Err(ApiError::NotFound);
     }
-    let items = events
+    let next_cursor = page.next.map(|c| c.encode());
+    let items = page
+        .events
         .into_iter()
         .map(|e| {
             Ok(StoredEventBody {
@@ -349,7 +402,7 @@ pub async fn session_events(
             })
         })
         .collect::<Result<_, ApiError>>()?;
-    Ok(Json(SessionEvents { items }))
+    Ok(Json(SessionEvents { items, next_cursor }))
 }
 
 #[cfg(test)]

@@ -136,20 +136,20 @@ impl Probes {
         .bind(i64::from(p.playable))
         .execute(&mut *tx)
         .await?;
-        // Stream alert rules are evaluated here, so a transition and its notifications commit
-        // with the probe that caused them (alerts.md §3).
-        crate::alerts::evaluate::on_probe(
-            &mut tx,
-            self.db.engine,
-            &crate::alerts::evaluate::ProbeFacts {
-                stream_id: &p.stream_id,
-                playable: p.playable,
-                detail: &p.detail,
-                at: p.created_at,
-            },
-        )
-        .await?;
+        let facts = crate::alerts::evaluate::stream_facts(&mut tx, &p.stream_id).await?;
         tx.commit().await?;
+        // Then the stream alert rules, each in a transaction of its own (a transition commits
+        // with its notifications, alerts.md §3). A failure here leaves the probe recorded: the
+        // rules see the same streaks again at the next probe.
+        let probe = crate::alerts::evaluate::ProbeFacts {
+            stream_id: &p.stream_id,
+            playable: p.playable,
+            detail: &p.detail,
+            at: p.created_at,
+        };
+        if let Err(e) = crate::alerts::evaluate::on_probe(&self.db, &probe, &facts).await {
+            tracing::warn!(stream = %p.stream_id, error = %e, "stream alert rules not evaluated for this probe");
+        }
         Ok(Some(id))
     }
 

@@ -73,6 +73,7 @@ pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
         streamwatch::config::OptionalAddr(Some("127.0.0.1:0".parse().expect("addr")));
     c.auth_rate_limit = RateLimit::Off;
     c.allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
+    c.alerts_allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
     if engine == Engine::Postgres {
         c.database_url = Some(DatabaseUrl::Postgres(fresh_pg_database().await));
     }
@@ -332,6 +333,7 @@ impl Process {
             .env("STREAMWATCH_AUTH_RATE_LIMIT", "off")
             .env("STREAMWATCH_SIGNUP", "open")
             .env("STREAMWATCH_ALLOW_PRIVATE", "127.0.0.0/8")
+            .env("STREAMWATCH_ALERTS_ALLOW_PRIVATE", "127.0.0.0/8")
             .env("STREAMWATCH_METRICS_LISTEN", "127.0.0.1:0")
             .stdout(std::process::Stdio::null());
         for (k, v) in env {

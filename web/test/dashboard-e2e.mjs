@@ -111,7 +111,7 @@ async function startStreamwatch(dataDir, { rateLimit = 'off' } = {}) {
   // Loopback origins may be registered (the test's media server); views refresh every second.
   const args = [
     'serve', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '', '--data-dir', dataDir,
-    '--auth-rate-limit', rateLimit, '--allow-private', '127.0.0.0/8', '--qoe-refresh', '1s',
+    '--auth-rate-limit', rateLimit, '--allow-private', '127.0.0.0/8', '--alerts-allow-private', '127.0.0.0/8', '--qoe-refresh', '1s',
   ];
   const child = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, NO_COLOR: '1' } });
   const out = [];

@@ -154,7 +154,7 @@ impl Refresher {
         }
         match &self.store.engine {
             Engine::ClickHouse(ch) => {
-                clickhouse::ChRefresh::new(ch.client().clone())
+                clickhouse::ChRefresh::new(ch.client.clone())
                     .step(&mut self.state, &self.config, self.live.as_deref())
                     .await
             }

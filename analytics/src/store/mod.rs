@@ -18,6 +18,7 @@
 //! [`Store::guarded_by`] puts every read behind the telemetry store's circuit breaker.
 
 pub(crate) mod clickhouse;
+mod events_page;
 pub(crate) mod sql;
 pub(crate) mod sqlite;
 
@@ -41,6 +42,7 @@ use crate::session::{SessionSummary, StoredEvent};
 use crate::BreakdownQuery;
 
 pub(crate) use self::clickhouse::ChStore;
+pub use self::events_page::{EventCursor, EventsPage, PageLimits};
 pub(crate) use self::sqlite::SqliteStore;
 
 /// A failure of an analytics read or of the refresher. Whether retrying can help is a

@@ -143,6 +143,7 @@ async fn run(engine: &str, args: &Args) -> Result<()> {
     config.listen = "127.0.0.1:0".parse()?;
     config.auth_rate_limit = RateLimit::Off;
     config.allow_private = CidrList(vec!["127.0.0.0/8".parse()?]);
+    config.alerts_allow_private = CidrList(vec!["127.0.0.0/8".parse()?]);
     config.metrics_listen = OptionalAddr(None);
     config.probe_interval = Duration::from_secs(args.interval_s);
     config.probe_host_rate = args.host_rate;

@@ -64,6 +64,8 @@ pub struct RuleRow {
     pub state: &'static str,
     pub badge: &'static str,
     pub enabled: bool,
+    /// Why the service switched it off (its stream was deleted).
+    pub disabled_reason: Option<String>,
 }
 
 pub struct ChannelRow {
@@ -285,7 +287,10 @@ fn condition(r: &Rule, streams: &HashMap<String, String>) -> String {
         _ => {
             let target = match &r.stream_id {
                 None => "Any stream".to_owned(),
-                Some(id) => streams.get(id).cloned().unwrap_or_else(|| id.clone()),
+                Some(id) => streams
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("a deleted stream ({id})")),
             };
             format!(
                 "{target}: fires after {} unplayable probe{} in a row, resolves after {} playable",
@@ -325,6 +330,7 @@ fn rule_row(
         state,
         badge,
         enabled: r.enabled,
+        disabled_reason: r.disabled_reason.clone(),
     }
 }
 

@@ -146,6 +146,8 @@ struct ErrorPage<'a> {
 #[derive(Debug)]
 pub enum PageError {
     NotFound,
+    /// 400 with a message the page shows (a request the page will not answer as asked).
+    BadRequest(String),
     Internal(String),
 }
 
@@ -172,12 +174,17 @@ impl From<crate::db::DbError> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        let bad_request;
         let (status, title, message) = match self {
             PageError::NotFound => (
                 StatusCode::NOT_FOUND,
                 "Not found",
                 "There is nothing at this address: the link may be old, or what it named was deleted.",
             ),
+            PageError::BadRequest(why) => {
+                bad_request = why;
+                (StatusCode::BAD_REQUEST, "Bad request", bad_request.as_str())
+            }
             PageError::Internal(cause) => {
                 tracing::error!(%cause, "page failed");
                 (
@@ -231,11 +238,14 @@ pub async fn require_page_session(
         return redirect(account::PATH);
     }
     let refreshed = auth.refreshed_cookie.clone();
+    let expires_at = auth.session.expires_at;
     req.extensions_mut().insert(SessionUser(Arc::new(auth)));
     let mut resp = next.run(req).await;
     if let Some(value) = refreshed {
-        resp.headers_mut()
-            .append(header::SET_COOKIE, set_cookie(&value));
+        resp.headers_mut().append(
+            header::SET_COOKIE,
+            set_cookie(&value, expires_at, state.secure_cookies),
+        );
     }
     resp
 }

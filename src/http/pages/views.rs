@@ -204,7 +204,21 @@ struct ViewPage {
     marks: Vec<Span>,
     events: Vec<EventRow>,
     length: String,
+    /// Set when the metrics come from the first [`DERIVE_EVENTS`] events only.
+    partial: Option<String>,
+    /// The next page of events, and the first (when this is not it).
+    next_events: Option<String>,
+    first_events: Option<String>,
 }
+
+/// Events listed per page of a view (decisions.md §14), and their payload bytes at most
+/// (escaped into HTML, a page stays a few MiB whatever the payloads hold).
+const EVENTS_PER_PAGE: usize = 1000;
+const EVENTS_PAGE_BYTES: usize = 1024 * 1024;
+/// Events the metrics and the drawing are derived from at most: every event of any real
+/// playback; a session planted with more is shown from its first ones, and says so.
+const DERIVE_EVENTS: usize = 10_000;
+const DERIVE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The state a view is in between two events, for the drawing.
 #[derive(Clone, Copy, PartialEq)]
@@ -275,11 +289,13 @@ fn drawing(events: &[Event], start: i64, end: i64) -> (Vec<Span>, Vec<Span>) {
     (spans, marks)
 }
 
-/// `GET /app/views/{sessionId}`.
+/// `GET /app/views/{sessionId}?cursor=…`: the view's metrics and drawing, and its events a
+/// thousand at a time.
 pub async fn detail(
     State(state): State<Arc<AppState>>,
     Extension(user): Extension<SessionUser>,
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    q: QueryPairs,
 ) -> Result<Response, PageError> {
     let Ok(Path(session_id)) = id else {
         return Err(PageError::NotFound);
@@ -287,22 +303,71 @@ pub async fn detail(
     if session_id.is_empty() || has_forbidden_chars(&session_id) {
         return Err(PageError::NotFound);
     }
-    let stored = state
+    let cursor = match q.last("cursor").filter(|c| !c.is_empty()) {
+        None => None,
+        Some(raw) => Some(analytics::EventCursor::decode(raw).ok_or_else(|| {
+            PageError::BadRequest("This link to more events is not valid.".into())
+        })?),
+    };
+    let owner = &user.0.user.id;
+    let mut partial = None;
+    let page = state
         .analytics
-        .session_events(&user.0.user.id, &session_id)
+        .session_events_page(
+            owner,
+            &session_id,
+            cursor,
+            analytics::PageLimits {
+                events: EVENTS_PER_PAGE,
+                payload_bytes: EVENTS_PAGE_BYTES,
+            },
+        )
         .await
         .map_err(PageError::internal)?;
-    let events: Vec<Event> = stored.iter().map(Event::from_stored).collect();
     // The metrics are derived here by the same code the refresher runs (analytics.md §2),
-    // so the page is exact even before the next refresh.
+    // so the page is exact even before the next refresh: from this page when it is the whole
+    // session, else from the session's first events (a bounded read).
+    let whole = cursor.is_none() && page.next.is_none();
+    let derive_from = if whole {
+        page.events.clone()
+    } else {
+        let first = state
+            .analytics
+            .session_events_page(
+                owner,
+                &session_id,
+                None,
+                analytics::PageLimits {
+                    events: DERIVE_EVENTS,
+                    payload_bytes: DERIVE_BYTES,
+                },
+            )
+            .await
+            .map_err(PageError::internal)?;
+        if first.next.is_some() {
+            partial = Some(format!(
+                "This view has more events than its page can weigh: its metrics and timeline \
+                 are those of its first {} events.",
+                fmt::int(first.events.len() as i64)
+            ));
+        }
+        first.events
+    };
+    let events: Vec<Event> = derive_from.iter().map(Event::from_stored).collect();
     let Some(view) = View::derive(&session_id, &events, &[]) else {
         return Err(PageError::NotFound);
     };
-    let mut sorted = events.clone();
+    let mut sorted = events;
     sorted.sort_by_key(Event::order_key);
     let (spans, marks) = drawing(&sorted, view.started_at, view.ended_at);
     let facts = facts(&view);
-    let events = stored
+    let href = format!("/app/views/{}", fmt::q(&session_id));
+    let next_events = page
+        .next
+        .map(|c| format!("{href}?cursor={}", fmt::q(&c.encode())));
+    let first_events = cursor.is_some().then(|| href.clone());
+    let events = page
+        .events
         .into_iter()
         .map(|e| EventRow {
             at: When::at(e.ts_ms),
@@ -319,6 +384,9 @@ pub async fn detail(
         spans,
         marks,
         events,
+        partial,
+        next_events,
+        first_events,
     }))
 }
 

@@ -23,7 +23,8 @@ const D: Dialect = Dialect::ClickHouse;
 /// The ClickHouse engine.
 #[derive(Clone)]
 pub(crate) struct ChStore {
-    client: Client,
+    /// The shared client (database selected); the refresher and the events pages use it.
+    pub(crate) client: Client,
 }
 
 pub(crate) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
@@ -33,11 +34,6 @@ pub(crate) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
 impl ChStore {
     pub fn new(client: Client) -> Self {
         ChStore { client }
-    }
-
-    /// The shared client (database selected), e.g. for the refresher.
-    pub fn client(&self) -> &Client {
-        &self.client
     }
 
     /// The request of `sql`, its arguments bound in order.

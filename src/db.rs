@@ -50,83 +50,20 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct DbError(#[from] pub sqlx::Error);
 
 impl DbError {
+    /// The migration file changed since it was applied, if that is the failure: never
+    /// retried, the start-up is refused.
+    pub fn changed_migration(&self) -> Option<&migrate::Changed> {
+        match &self.0 {
+            sqlx::Error::Configuration(e) => e.downcast_ref::<migrate::Changed>(),
+            _ => None,
+        }
+    }
+
     /// True when the failure is a unique-constraint violation (a lost insert race).
     pub fn is_unique_violation(&self) -> bool {
         matches!(&self.0, sqlx::Error::Database(e) if e.is_unique_violation())
     }
 }
-
-struct Migration {
-    version: i64,
-    name: &'static str,
-    sql: &'static str,
-}
-
-const SQLITE_MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "core",
-        sql: include_str!("../migrations/sqlite/0001_core.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "hardening",
-        sql: include_str!("../migrations/sqlite/0002_hardening.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "alerts",
-        sql: include_str!("../migrations/sqlite/0003_alerts.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "probe timeline",
-        sql: include_str!("../migrations/sqlite/0004_probe_timeline.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "alerts hardening",
-        sql: include_str!("../migrations/sqlite/0005_alerts_hardening.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "team",
-        sql: include_str!("../migrations/sqlite/0006_team.sql"),
-    },
-];
-
-const POSTGRES_MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "core",
-        sql: include_str!("../migrations/postgres/0001_core.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "hardening",
-        sql: include_str!("../migrations/postgres/0002_hardening.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "alerts",
-        sql: include_str!("../migrations/postgres/0003_alerts.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "probe timeline",
-        sql: include_str!("../migrations/postgres/0004_probe_timeline.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "alerts hardening",
-        sql: include_str!("../migrations/postgres/0005_alerts_hardening.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "team",
-        sql: include_str!("../migrations/postgres/0006_team.sql"),
-    },
-];
 
 /// Any number held by the advisory lock that serialises migrations across instances.
 const MIGRATION_LOCK_KEY: i64 = 0x5354_5257_4154_4348; // "STRWATCH"
@@ -165,7 +102,7 @@ impl Db {
         }
         match db.migrate().await {
             Ok(()) => db.ready.store(true, Ordering::Release),
-            Err(e) if db.engine == Engine::Postgres => {
+            Err(e) if db.engine == Engine::Postgres && e.changed_migration().is_none() => {
                 let cause = describe(&e);
                 tracing::error!(%host, error = %cause, "database not migrated at start-up; serving unready and retrying");
                 db.set_cause(cause);
@@ -223,7 +160,8 @@ impl Db {
     /// Retries the migrations with backoff until they are applied (the store came up), then
     /// returns. Ends early when `stop` turns true. One log line per backoff step while the
     /// backoff grows, then one per 10 steps while the cause stays the same (decisions.md §15).
-    pub async fn run_migrator(self, mut stop: watch::Receiver<bool>) {
+    /// A migration file changed since it was applied is not retried: its one line is the error.
+    pub async fn run_migrator(self, mut stop: watch::Receiver<bool>) -> Result<(), String> {
         let mut backoff = Duration::from_millis(500);
         let mut attempts = 1u32;
         let mut last_cause = String::new();
@@ -237,7 +175,7 @@ impl Db {
         while !self.is_ready() {
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                _ = stop.changed() => return,
+                _ = stop.changed() => return Ok(()),
             }
             attempts += 1;
             backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -259,12 +197,16 @@ impl Db {
                     tracing::info!(attempts, "database reachable and migrated");
                 }
                 Err(e) => {
+                    if let Some(changed) = e.changed_migration() {
+                        return Err(changed.to_string());
+                    }
                     let cause = describe(&e);
                     log(attempts, backoff, &cause, "");
                     self.set_cause(cause);
                 }
             }
         }
+        Ok(())
     }
 
     /// The same database through a pool of one connection, migrated and ready: for tests of
@@ -405,37 +347,77 @@ impl Db {
         result
     }
 
+    /// The one runner's rule (the `migrate` crate) on this engine: the table of applied
+    /// migrations (a `checksum` column added to one from before checksums), the plan, each
+    /// pending file in its own transaction with its row, then the missing checksums.
     async fn apply_pending(&self, conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
         run_script(
             conn,
             "CREATE TABLE IF NOT EXISTS schema_migrations (
-                 version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+                 version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL,
+                 checksum TEXT)",
         )
         .await?;
-        let applied: Vec<i64> =
-            sqlx::query_as::<_, (i64,)>("SELECT version FROM schema_migrations")
-                .fetch_all(&mut *conn)
-                .await?
-                .into_iter()
-                .map(|(v,)| v)
-                .collect();
-        let all = match self.engine {
-            Engine::Postgres => POSTGRES_MIGRATIONS,
-            Engine::Sqlite => SQLITE_MIGRATIONS,
+        let set = match self.engine {
+            Engine::Postgres => &migrate::POSTGRES,
+            Engine::Sqlite => &migrate::SQLITE,
         };
-        for m in all.iter().filter(|m| !applied.contains(&m.version)) {
+        // A table from before checksums (the runner before it) has no such column.
+        match self.engine {
+            Engine::Postgres => {
+                sqlx::query("ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS checksum TEXT")
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Engine::Sqlite => {
+                let (has,): (i64,) = sqlx::query_as(
+                    "SELECT CAST(COUNT(*) AS BIGINT) FROM pragma_table_info('schema_migrations') \
+                     WHERE name = 'checksum'",
+                )
+                .fetch_one(&mut *conn)
+                .await?;
+                if has == 0 {
+                    sqlx::query("ALTER TABLE schema_migrations ADD COLUMN checksum TEXT")
+                        .execute(&mut *conn)
+                        .await?;
+                }
+            }
+        }
+        let applied: Vec<migrate::Applied> = sqlx::query_as::<_, (i64, Option<String>)>(
+            "SELECT version, checksum FROM schema_migrations",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|(version, checksum)| migrate::Applied { version, checksum })
+        .collect();
+        let plan = set
+            .plan(&applied)
+            .map_err(|e| DbError(sqlx::Error::Configuration(Box::new(e))))?;
+        for m in plan.pending {
             let mut tx = sqlx::Acquire::begin(&mut *conn).await?;
             run_script(&mut tx, m.sql).await?;
             sqlx::query(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+                "INSERT INTO schema_migrations (version, name, applied_at, checksum) \
+                 VALUES ($1, $2, $3, $4)",
             )
             .bind(m.version)
             .bind(m.name)
             .bind(crate::time::now_ms())
+            .bind(m.checksum())
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            tracing::info!(version = m.version, name = m.name, "applied migration");
+            tracing::info!(engine = set.engine, migration = m.name, "applied migration");
+        }
+        for m in plan.unrecorded {
+            sqlx::query(
+                "UPDATE schema_migrations SET checksum = $1 WHERE version = $2 AND checksum IS NULL",
+            )
+            .bind(m.checksum())
+            .bind(m.version)
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(())
     }
@@ -458,37 +440,13 @@ pub fn host_of(url: &DatabaseUrl) -> String {
     }
 }
 
-/// Runs a script of several statements, one at a time. (Not `sqlx::raw_sql`: its future is
+/// Runs a migration file's statements one at a time. (Not `sqlx::raw_sql`: its future is
 /// not provably `Send` inside the migrator's spawned task.)
 async fn run_script(conn: &mut sqlx::AnyConnection, sql: &str) -> Result<(), sqlx::Error> {
-    for statement in statements(sql) {
+    for statement in migrate::statements(sql) {
         sqlx::query(&statement).execute(&mut *conn).await?;
     }
     Ok(())
-}
-
-/// The statements of a migration file: split at a `;` that ends a line, `--` comment lines
-/// dropped. (Migration files keep to that layout; no statement has a `;` at a line end inside
-/// a string.)
-fn statements(sql: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in sql.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("--") || trimmed.is_empty() {
-            continue;
-        }
-        current.push_str(line);
-        current.push('\n');
-        if trimmed.ends_with(';') {
-            out.push(current.trim().trim_end_matches(';').to_owned());
-            current.clear();
-        }
-    }
-    if !current.trim().is_empty() {
-        out.push(current.trim().to_owned());
-    }
-    out
 }
 
 /// A short cause for logs and readiness: refused, timed out, authentication, or the driver's
@@ -510,28 +468,4 @@ pub fn describe(e: &DbError) -> String {
         return format!("authentication failed: {text}");
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::statements;
-
-    #[test]
-    fn migration_files_split_into_their_statements() {
-        for m in super::SQLITE_MIGRATIONS
-            .iter()
-            .chain(super::POSTGRES_MIGRATIONS)
-        {
-            let parts = statements(m.sql);
-            assert!(!parts.is_empty(), "{}", m.name);
-            for p in &parts {
-                assert!(!p.ends_with(';') && !p.trim().is_empty(), "{}: {p}", m.name);
-                assert!(!p.contains("--"), "{}: comment left in {p}", m.name);
-            }
-        }
-        assert_eq!(
-            statements("-- c\nCREATE TABLE a (x INT);\n\nCREATE INDEX i\n  ON a (x);\n"),
-            vec!["CREATE TABLE a (x INT)", "CREATE INDEX i\n  ON a (x)"]
-        );
-    }
 }

@@ -1,24 +1,17 @@
 //! Prometheus metrics (decisions.md §11): the `metrics` facade records where things happen
 //! (HTTP layer, telemetry route, batch writer, key cache, prober, accounts, store supervisor);
 //! this module installs the Prometheus recorder once per process, describes every metric,
-//! serves `GET /metrics` on `STREAMWATCH_METRICS_LISTEN`, and samples the gauges that come
-//! from the stores (streams by status, active sessions).
+//! and samples the gauges that come from the stores (streams by status, active sessions).
+//! `GET /metrics` on `STREAMWATCH_METRICS_LISTEN` and the per-request middleware are the
+//! HTTP layer's (`src/http/metrics.rs`).
 //!
 //! Names are `streamwatch_<subsystem>_<noun>_<unit|total>`; labels are bounded (route
 //! templates, statuses, outcomes; never ids or URLs). `docs/operations.md` lists them all.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request};
-use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
-};
+use metrics::{describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 
@@ -60,63 +53,6 @@ pub fn install() -> PrometheusHandle {
             handle
         })
         .clone()
-}
-
-/// `GET /metrics` on the metrics listener.
-pub fn router(handle: PrometheusHandle) -> Router {
-    Router::new().route(
-        "/metrics",
-        get(move || {
-            let handle = handle.clone();
-            async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    handle.render(),
-                )
-            }
-        }),
-    )
-}
-
-/// HTTP middleware: one count and one latency observation per request, by route template
-/// (`/api/v1/streams/{id}`, never the id), method and status class.
-pub async fn track_requests(req: Request, next: Next) -> Response {
-    // The router's own template: bounded by the routes the service has.
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = method_label(req.method());
-    let started = Instant::now();
-    let resp = next.run(req).await.into_response();
-    let status = match resp.status().as_u16() {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    };
-    counter!("streamwatch_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-        .increment(1);
-    histogram!("streamwatch_http_request_duration_seconds", "route" => route, "method" => method)
-        .record(started.elapsed().as_secs_f64());
-    resp
-}
-
-fn method_label(m: &axum::http::Method) -> &'static str {
-    match m.as_str() {
-        "GET" => "GET",
-        "POST" => "POST",
-        "PATCH" => "PATCH",
-        "PUT" => "PUT",
-        "DELETE" => "DELETE",
-        "HEAD" => "HEAD",
-        "OPTIONS" => "OPTIONS",
-        _ => "other",
-    }
 }
 
 /// Samples the gauges that live in the stores, and runs the recorder's upkeep, every 15 s

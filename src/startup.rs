@@ -10,6 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use ingest::sink::clickhouse::MigrationError;
 use ingest::{
     BatchWriter, ClickHouseConfig, ClickHouseSink, Connector, EventSink, SqliteSink,
     SupervisedSink, SupervisorTiming, WriterConfig,
@@ -80,7 +81,7 @@ impl Server {
             .context("cannot open DATABASE_URL")?;
         let guard = Guard::with_system_resolver(config.allow_private.0.clone())
             .context("cannot set up the DNS resolver")?;
-        let (sink, connect, analytics, live) = open_sink(&config).await?;
+        let (sink, connect, analytics, live, refused) = open_sink(&config).await?;
         // The databases are open: their WAL and shared-memory files exist now.
         crate::data_dir::tighten(&config.data_dir).with_context(|| {
             format!(
@@ -120,11 +121,14 @@ impl Server {
             signup: config.signup,
             secure_cookies: config.public_url.as_ref().is_some_and(|u| u.is_https()),
             slow_ms: config.slow_ms,
-            writer: writer.handle(),
+            intake: crate::telemetry::Intake::new(
+                writer.handle(),
+                live.clone(),
+                Some(sink.clone()),
+                crate::telemetry::STORE_DEADLINE,
+            ),
             sink,
             analytics: analytics.clone(),
-            live: live.clone(),
-            user_agents: ingest::UaCache::new(10_000),
             db: db.clone(),
         });
 
@@ -132,15 +136,15 @@ impl Server {
         let mut tasks = Supervisor::new();
         let stop = tasks.stop_signal();
         if !db.is_ready() {
-            tasks.job(
-                "database migrator",
-                ok(db.clone().run_migrator(stop.clone())),
-            );
+            tasks.job("database migrator", db.clone().run_migrator(stop.clone()));
         }
         tasks.service(
             "telemetry store supervisor",
             ok(supervised.run(connect, stop.clone())),
         );
+        if let Some(refused) = refused {
+            tasks.service("telemetry store migrations", refusal_watch(refused));
+        }
         tasks.service("telemetry writer", writer_watch(writer.failure()));
         tasks.service(
             "qoe refresher",
@@ -245,18 +249,17 @@ impl Server {
                     format!("cannot listen on STREAMWATCH_METRICS_LISTEN {addr}")
                 })?;
                 let bound = metrics_listener.local_addr()?;
-                let mut stop_metrics = stop.clone();
-                let app = crate::metrics::router(metrics);
-                let limits = config.http_limits;
                 // The API's header, idle and write limits, and a small connection cap: a
                 // scraper needs one connection, an attacker on the network gets 64.
-                tasks.service("metrics listener", async move {
-                    http::serve::serve_metrics(metrics_listener, app, limits, async move {
-                        let _ = stop_metrics.wait_for(|v| *v).await;
-                    })
-                    .await
-                    .map_err(|e| format!("metrics listener failed: {e}"))
-                });
+                tasks.service(
+                    "metrics listener",
+                    crate::http::metrics::serve(
+                        metrics_listener,
+                        metrics,
+                        config.http_limits,
+                        stop.clone(),
+                    ),
+                );
                 tracing::info!(addr = %bound, "metrics listening");
                 Some(bound)
             }
@@ -394,6 +397,16 @@ async fn writer_watch(mut failure: watch::Receiver<Option<String>>) -> Result<()
     }
 }
 
+/// The telemetry store's refusal to migrate (a migration file changed since it was
+/// applied), as a supervised service: the store's supervisor retries a failed connection,
+/// but a changed file fails every attempt the same, so the process stops with its line.
+async fn refusal_watch(mut refused: watch::Receiver<Option<String>>) -> Result<(), String> {
+    match refused.wait_for(Option::is_some).await {
+        Ok(line) => Err(line.clone().unwrap_or_default()),
+        Err(_) => Ok(()),
+    }
+}
+
 /// `streamwatch users add`: creates a user with a generated password in the configured store.
 pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
     let email = normalize_email(&add.email).context("--email is not a valid e-mail address")?;
@@ -437,6 +450,8 @@ type TelemetryStore = (
     Connector,
     analytics::Store,
     Option<Arc<analytics::LiveViews>>,
+    // ClickHouse: set when its migrations refuse to run (a changed file).
+    Option<watch::Receiver<Option<String>>>,
 );
 
 async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
@@ -452,15 +467,28 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
             let store = analytics::Store::clickhouse(ch.client()).guarded_by(sink.clone());
             // Its records carry the config's writer id: reconnects keep it.
             let live = Arc::new(analytics::LiveViews::new(ch.writer));
-            // Connecting creates the database if needed and applies the migrations.
+            // Connecting creates the database if needed and applies the migrations; a
+            // migration file changed since it was applied stops the process (refusal_watch).
+            let (refuse, refused) = watch::channel(None);
+            let refuse = Arc::new(refuse);
             let connect: Connector = Box::new(move || {
                 let ch = ch.clone();
+                let refuse = Arc::clone(&refuse);
                 Box::pin(async move {
-                    let sink: Arc<dyn EventSink> = Arc::new(ClickHouseSink::connect(&ch).await?);
+                    let opened = ClickHouseSink::open(&ch).await?;
+                    match opened.migrate().await {
+                        Ok(()) => {}
+                        Err(MigrationError::Changed(c)) => {
+                            refuse.send_replace(Some(c.to_string()));
+                            return Err(MigrationError::Changed(c).into());
+                        }
+                        Err(MigrationError::Store(e)) => return Err(e),
+                    }
+                    let sink: Arc<dyn EventSink> = Arc::new(opened);
                     Ok(sink)
                 })
             });
-            Ok((sink, connect, store, Some(live)))
+            Ok((sink, connect, store, Some(live), Some(refused)))
         }
         None => {
             let sqlite = SqliteSink::open_in_dir(&config.data_dir)
@@ -474,7 +502,7 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
                 let opened = Arc::clone(&opened);
                 Box::pin(async move { Ok(opened) })
             });
-            Ok((sink, connect, store, None))
+            Ok((sink, connect, store, None, None))
         }
     }
 }

@@ -1,11 +1,15 @@
-//! Waitlist (decisions.md §9), health, and the contract's error rules for unknown routes.
+//! Waitlist (decisions.md §9), health, the contract's error rules for unknown routes, and the
+//! relational store's migrations (the one runner's checksums, the upgrade of a database from
+//! before them).
 
 mod common;
 
 use common::{parts, set_cookie_header, Body, TestApp};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use sqlx::Row;
+use sqlx::{Connection, Row};
+use streamwatch::config::DatabaseUrl;
+use streamwatch::db::Db;
 
 async fn waitlist_stores_each_address_once(app: TestApp) {
     for email in ["fan@example.com", "FAN@example.com ", "fan@example.com"] {
@@ -268,4 +272,207 @@ async fn a_second_server_on_one_data_dir_refuses_to_start() {
     assert!(first.terminate().success());
     let mut again = common::Process::start(dir.path(), &[]).await;
     assert!(again.terminate().success());
+}
+
+/// A relational database as the runner before checksums left it: its table without a
+/// `checksum` column, every file of `migrations/<engine>/` applied and recorded under the
+/// names it gave them, and a user row that must survive the upgrade.
+async fn database_from_before_checksums(url: &DatabaseUrl) {
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(match url {
+        DatabaseUrl::Postgres(u) | DatabaseUrl::Sqlite(u) => u,
+    })
+    .await
+    .expect("connect");
+    let set = match url {
+        DatabaseUrl::Postgres(_) => &migrate::POSTGRES,
+        DatabaseUrl::Sqlite(_) => &migrate::SQLITE,
+    };
+    sqlx::query(
+        "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+         applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("old table");
+    for m in set.migrations {
+        for statement in m.statements() {
+            sqlx::query(&statement)
+                .execute(&mut conn)
+                .await
+                .expect(m.name);
+        }
+        // The old runner's names were words ("core", "probe timeline").
+        sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, 1)")
+            .bind(m.version)
+            .bind(&m.name[5..])
+            .execute(&mut conn)
+            .await
+            .expect("old row");
+    }
+    sqlx::query(
+        "INSERT INTO users (id, email, name, password_hash, created_at) \
+         VALUES ('u1', 'kept@example.com', 'Kept', 'x', 1)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("a user");
+}
+
+async fn recorded_checksums(db: &Db) -> Vec<(i64, Option<String>)> {
+    sqlx::query_as("SELECT version, checksum FROM schema_migrations ORDER BY version")
+        .fetch_all(&db.pool)
+        .await
+        .expect("applied")
+}
+
+/// A database migrated by the runner before checksums upgrades without applying anything
+/// again (its data kept) and gets every file's SHA-256; a file changed after it was applied
+/// then refuses the start with one line naming it, also where an unreachable PostgreSQL
+/// would be retried.
+async fn migrations_upgrade_a_database_from_before_checksums_then_refuse_a_changed_file(
+    engine: common::Engine,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = match engine {
+        common::Engine::Postgres => DatabaseUrl::Postgres(common::fresh_pg_database().await),
+        common::Engine::Sqlite => DatabaseUrl::Sqlite(format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("old.db").display()
+        )),
+    };
+    database_from_before_checksums(&url).await;
+    let set = match engine {
+        common::Engine::Postgres => &migrate::POSTGRES,
+        common::Engine::Sqlite => &migrate::SQLITE,
+    };
+    let expected: Vec<(i64, Option<String>)> = set
+        .migrations
+        .iter()
+        .map(|m| (m.version, Some(m.checksum())))
+        .collect();
+    for _ in 0..2 {
+        let db = Db::connect(Some(&url), dir.path()).await.expect("upgrades");
+        assert_eq!(recorded_checksums(&db).await, expected);
+        let (email,): (String,) = sqlx::query_as("SELECT email FROM users WHERE id = 'u1'")
+            .fetch_one(&db.pool)
+            .await
+            .expect("the user is kept");
+        assert_eq!(email, "kept@example.com");
+        db.pool.close().await;
+    }
+
+    // The second file as if it had been edited since it was applied.
+    let db = Db::connect(Some(&url), dir.path()).await.expect("opens");
+    sqlx::query("UPDATE schema_migrations SET checksum = $1 WHERE version = 2")
+        .bind("0".repeat(64))
+        .execute(&db.pool)
+        .await
+        .expect("tamper");
+    db.pool.close().await;
+    let line = format!(
+        "migration {} of migrations/{}/ was changed after it was applied (SHA-256 {}…, \
+         recorded 000000000000…): restore the file and make the change a new migration",
+        set.migrations[1].name,
+        set.engine,
+        &set.migrations[1].checksum()[..12]
+    );
+    let e = Db::connect(Some(&url), dir.path())
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        e.changed_migration().map(ToString::to_string),
+        Some(line.clone())
+    );
+    let e = Db::open_for_service(Some(&url), dir.path())
+        .await
+        .expect_err("refused at start, not retried");
+    assert_eq!(e.changed_migration().map(ToString::to_string), Some(line));
+}
+
+#[tokio::test]
+async fn relational_migrations_upgrade_from_before_checksums_sqlite() {
+    migrations_upgrade_a_database_from_before_checksums_then_refuse_a_changed_file(
+        common::Engine::Sqlite,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn relational_migrations_upgrade_from_before_checksums_postgres() {
+    migrations_upgrade_a_database_from_before_checksums_then_refuse_a_changed_file(
+        common::Engine::Postgres,
+    )
+    .await;
+}
+
+/// Instances starting at once on one fresh PostgreSQL database: one applies, the others
+/// wait for its lock and find everything applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_starting_at_once_migrate_postgres_once() {
+    let url = DatabaseUrl::Postgres(common::fresh_pg_database().await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b, c) = tokio::join!(
+        Db::connect(Some(&url), dir.path()),
+        Db::connect(Some(&url), dir.path()),
+        Db::connect(Some(&url), dir.path())
+    );
+    let db = a.expect("a");
+    b.expect("b");
+    c.expect("c");
+    let expected: Vec<(i64, Option<String>)> = migrate::POSTGRES
+        .migrations
+        .iter()
+        .map(|m| (m.version, Some(m.checksum())))
+        .collect();
+    assert_eq!(recorded_checksums(&db).await, expected);
+}
+
+/// A ClickHouse telemetry store whose applied migration changed: its supervisor would retry
+/// a connection for ever, but the changed file stops the server with the runner's line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_clickhouse_migration_stops_the_server_with_its_line() {
+    let url = std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into());
+    let database = common::test_db_name();
+    let ch = ingest::ClickHouseConfig::new(url.clone(), database.clone());
+    let sink = ingest::ClickHouseSink::connect(&ch)
+        .await
+        .expect("migrated");
+    sink.client()
+        .query(
+            "INSERT INTO schema_migrations (version, name, applied_at, checksum) \
+             VALUES (1, '0001_telemetry_events', now(), ?)",
+        )
+        .bind("f".repeat(64))
+        .execute()
+        .await
+        .expect("tamper");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = common::test_config(common::Engine::Sqlite, dir.path()).await;
+    config.clickhouse_url = Some(url);
+    config.clickhouse_database = database.clone();
+    let server = streamwatch::startup::Server::build(config)
+        .await
+        .expect("builds: the telemetry store connects in the background");
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        server.run(std::future::pending()),
+    )
+    .await
+    .expect("the server stops");
+    let err = outcome.expect_err("a refusal is an error");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "background task telemetry store migrations died: migration 0001_telemetry_events \
+             of migrations/clickhouse/ was changed after it was applied (SHA-256 {}…, recorded \
+             ffffffffffff…): restore the file and make the change a new migration",
+            &migrate::CLICKHOUSE.migrations[0].checksum()[..12]
+        )
+    );
+    let _ = sink
+        .client()
+        .query(&format!("DROP DATABASE IF EXISTS {database}"))
+        .execute()
+        .await;
 }

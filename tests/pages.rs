@@ -659,6 +659,37 @@ async fn the_alerts_page_lists_incidents_rules_channels_and_deliveries(app: Test
     app.shutdown().await;
 }
 
+async fn the_qoe_pages_list_a_bad_filter_or_cursor_as_the_routes_word_it(app: TestApp) {
+    let cookie = app.user("pages-bad-query@example.com").await;
+    let unknown = "filter: Invalid filter &#39;nope:x&#39;: unknown dimension &#39;nope&#39;.";
+    for path in ["/app/qoe", "/app/views"] {
+        let (s, html, _) = page(
+            &app,
+            &format!("{path}?filter=nope:x&filter=os:iOS"),
+            Some(&cookie),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{path}");
+        assert!(html.contains(unknown), "{path}: {html}");
+        assert!(!html.contains("cursor: "), "{path}: {html}");
+    }
+    let (_, html, _) = page(&app, "/app/views?cursor=forged", Some(&cookie)).await;
+    assert!(html.contains("cursor: Invalid cursor"), "{html}");
+    assert!(!html.contains("filter: "), "{html}");
+    // Both at once, keyed as the route keys them: `cursor` first.
+    let (_, html, _) = page(&app, "/app/views?cursor=forged&filter=os:", Some(&cookie)).await;
+    let (c, f) = (
+        html.find("cursor: Invalid cursor").unwrap(),
+        html.find("filter: Invalid filter &#39;os:&#39;: value must not be empty")
+            .unwrap(),
+    );
+    assert!(c < f, "{html}");
+    // A valid selection lists no error.
+    let (_, html, _) = page(&app, "/app/views?filter=os:iOS&cursor=", Some(&cookie)).await;
+    assert!(!html.contains("Invalid"), "{html}");
+    app.shutdown().await;
+}
+
 macro_rules! on_both_engines {
     ($($case:ident),* $(,)?) => {
         $(
@@ -683,6 +714,7 @@ on_both_engines!(
     every_page_renders_html_with_the_csp,
     unknown_things_are_404_pages,
     the_alerts_page_lists_incidents_rules_channels_and_deliveries,
+    the_qoe_pages_list_a_bad_filter_or_cursor_as_the_routes_word_it,
     the_overview_counts_not_playable_streams_as_down,
     each_feed_row_shows_its_own_finding,
 );

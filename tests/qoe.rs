@@ -546,6 +546,97 @@ async fn gate_and_bad_parameters(app: TestApp) {
     app.shutdown().await;
 }
 
+/// The `streamId` of each group of a breakdown by it, with its views (`null` for the views
+/// no registered stream names).
+fn stream_groups(body: &Value) -> Vec<(Value, Value)> {
+    let mut groups: Vec<(Value, Value)> = body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| (i["key"].clone(), i["views"].clone()))
+        .collect();
+    groups.sort_by_key(|(k, _)| k.to_string());
+    groups
+}
+
+/// The `src` → `streamId` map is read only when a question names `streamId`, cached, and
+/// follows every change of the registered streams, also one another instance makes (here a
+/// row deleted straight from the shared database, behind this instance's back).
+async fn stream_ids_follow_every_change_of_the_registered_streams(app: TestApp) {
+    let f = fixture(&app).await;
+    let c = &f.cookie;
+    let by_stream = format!("/api/v1/qoe/breakdown?metric=views&by=streamId&orderBy=views&{RANGE}");
+    let (_, body) = get(&app, c, &by_stream).await;
+    assert_eq!(
+        stream_groups(&body),
+        vec![(json!(f.stream_id), json!(1)), (Value::Null, json!(1))],
+        "{body}"
+    );
+
+    sqlx::query("DELETE FROM streams WHERE id = $1")
+        .bind(&f.stream_id)
+        .execute(&app.state.db.pool)
+        .await
+        .expect("delete");
+    let (_, body) = get(&app, c, &by_stream).await;
+    assert_eq!(
+        stream_groups(&body),
+        vec![(Value::Null, json!(2))],
+        "{body}"
+    );
+    let (_, body) = get(&app, c, &format!("/api/v1/qoe/views?{RANGE}")).await;
+    assert_eq!(body["items"][1]["sessionId"], "view-a");
+    assert_eq!(body["items"][1]["streamId"], Value::Null, "{body}");
+
+    // Registered again: another id names the same source.
+    let again = app.stream(c, SRC).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_ne!(again, f.stream_id);
+    let (_, body) = get(&app, c, &by_stream).await;
+    assert_eq!(
+        stream_groups(&body),
+        vec![(json!(again), json!(1)), (Value::Null, json!(1))],
+        "{body}"
+    );
+    let (_, body) = get(&app, c, &format!("/api/v1/qoe/views?{RANGE}")).await;
+    assert_eq!(body["items"][1]["streamId"], json!(again), "{body}");
+    for (id, views) in [(&again, 1), (&f.stream_id, 0)] {
+        let (_, body) = get(
+            &app,
+            c,
+            &format!("/api/v1/qoe/overview?{RANGE}&filter=streamId:{id}"),
+        )
+        .await;
+        assert_eq!(body["views"], views, "{id}: {body}");
+    }
+    // A percentile per stream: the registered source's views, and everything else.
+    let (s, body) = get(
+        &app,
+        c,
+        &format!(
+            "/api/v1/qoe/breakdown?metric=startupTimeMs&measurement=p95&by=streamId&orderBy=views&{RANGE}"
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let mut items = body["items"].as_array().expect("items").clone();
+    items.sort_by_key(|i| i["key"].to_string());
+    assert_eq!(
+        items
+            .iter()
+            .map(|i| (i["key"].clone(), i["value"].clone(), i["views"].clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (json!(again), json!(1000), json!(1)),
+            (Value::Null, Value::Null, json!(1)),
+        ],
+        "{body}"
+    );
+    app.shutdown().await;
+}
+
 /// decisions.md §14: CSV exports neutralise cells a spreadsheet would run. A player sends
 /// formulas as its content id, tag and error code; the views and breakdown CSVs give each a
 /// leading `'`, and numbers (a negative impact among them) stay numbers.
@@ -771,4 +862,5 @@ cases!(
     the_timeline_puts_probes_and_viewers_on_one_axis,
     callers_see_only_their_own_views,
     gate_and_bad_parameters,
+    stream_ids_follow_every_change_of_the_registered_streams,
 );

@@ -1,7 +1,9 @@
 //! The compact event that view derivation reads: time, type and the few payload fields
 //! analytics.md §2 needs, parsed tolerantly from a stored payload's JSON text.
 
-use ingest::{EndReason, EventType, Payload, StoredEvent};
+use ingest::{EndReason, EventType, Payload};
+
+use crate::session::StoredEvent;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 

@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ingest::{EventType, StoredEvent};
+use ingest::EventType;
+
+use crate::session::StoredEvent;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -1,7 +1,9 @@
 //! A view (all deduplicated events of one session) and its derivation by the rules of
 //! analytics.md §2 and §5: the one place those rules live, for every engine.
 
-use ingest::{EndReason, EventType, StoredEvent};
+use ingest::{EndReason, EventType};
+
+use crate::session::StoredEvent;
 
 use crate::dims::{BatchDims, Dims};
 use crate::event::Event;

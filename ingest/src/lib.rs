@@ -36,9 +36,8 @@ pub mod writer;
 
 pub use row::{BatchRecord, EventRow, SinkWrite};
 pub use sink::{
-    ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health, SessionSummary,
-    SinkError, SqliteOptions, SqliteSink, StoredEvent, SupervisedSink, SupervisorTiming,
-    TypeCounts,
+    ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health, SinkError,
+    SqliteOptions, SqliteSink, SupervisedSink, SupervisorTiming,
 };
 pub use ua::{UaCache, UaClass};
 pub use validate::{

@@ -4,8 +4,9 @@
 
 mod common;
 
+use analytics::StoredEvent;
 use common::{row, session_rows, T0};
-use ingest::{EventType, StoredEvent};
+use ingest::EventType;
 use serde_json::json;
 
 type Sink = common::Handle;

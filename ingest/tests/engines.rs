@@ -301,3 +301,214 @@ async fn sqlite_unopenable_path_is_an_error() {
         "{err}"
     );
 }
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct AppliedRow {
+    version: u32,
+    checksum: String,
+}
+
+/// What `schema_migrations` holds: each version once with its checksum (`max`, as the
+/// runner reads it).
+async fn clickhouse_checksums(database: &str) -> Vec<(i64, String)> {
+    raw_client(database)
+        .query("SELECT version, max(checksum) AS checksum FROM schema_migrations GROUP BY version ORDER BY version")
+        .fetch_all::<AppliedRow>()
+        .await
+        .expect("applied")
+        .into_iter()
+        .map(|r| (i64::from(r.version), r.checksum))
+        .collect()
+}
+
+fn expected_checksums(set: &migrate::Set) -> Vec<(i64, String)> {
+    set.migrations
+        .iter()
+        .map(|m| (m.version, m.checksum()))
+        .collect()
+}
+
+/// A ClickHouse database migrated by the runner before checksums (its table without the
+/// column, a version recorded twice by two instances) upgrades without applying anything
+/// again and records every file's SHA-256; a file changed after it was applied is then
+/// refused, as a changed migration (never retried), with one line naming it.
+#[tokio::test]
+async fn clickhouse_upgrades_a_database_from_before_checksums_then_refuses_a_changed_file() {
+    let config = clickhouse_config();
+    let db = &config.database;
+    raw_client("default")
+        .query(&format!("CREATE DATABASE {db}"))
+        .execute()
+        .await
+        .expect("database");
+    let client = raw_client(db);
+    client
+        .query(
+            "CREATE TABLE schema_migrations (version UInt32, name String, applied_at DateTime) \
+             ENGINE = MergeTree ORDER BY version",
+        )
+        .execute()
+        .await
+        .expect("old table");
+    for m in migrate::CLICKHOUSE.migrations {
+        for statement in migrate::statements(&m.sql.replace("{database}", db)) {
+            client.query(&statement).execute().await.expect(m.name);
+        }
+        for _ in 0..if m.version == 1 { 2 } else { 1 } {
+            client
+                .query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, now())")
+                .bind(m.version as u32)
+                .bind(m.name)
+                .execute()
+                .await
+                .expect("old row");
+        }
+    }
+    client
+        .query("INSERT INTO qoe_refresh_state (name, value) VALUES ('views', 42)")
+        .execute()
+        .await
+        .expect("state");
+
+    for _ in 0..2 {
+        ClickHouseSink::connect(&config).await.expect("upgrades");
+        assert_eq!(
+            clickhouse_checksums(db).await,
+            expected_checksums(&migrate::CLICKHOUSE)
+        );
+    }
+    assert_eq!(
+        count(
+            db,
+            "SELECT toUInt64(max(value)) AS n FROM qoe_refresh_state"
+        )
+        .await,
+        42,
+        "nothing applied again"
+    );
+
+    // The second file as if it had been edited since it was applied.
+    client
+        .query("INSERT INTO schema_migrations (version, name, applied_at, checksum) VALUES (2, '0002_qoe_views', now(), ?)")
+        .bind("f".repeat(64))
+        .execute()
+        .await
+        .expect("tamper");
+    let line = format!(
+        "migration 0002_qoe_views of migrations/clickhouse/ was changed after it was applied \
+         (SHA-256 {}…, recorded ffffffffffff…): restore the file and make the change a new migration",
+        &migrate::CLICKHOUSE.migrations[1].checksum()[..12]
+    );
+    let opened = ClickHouseSink::open(&config).await.expect("opens");
+    match opened.migrate().await {
+        Err(ingest::sink::clickhouse::MigrationError::Changed(c)) => {
+            assert_eq!(c.to_string(), line)
+        }
+        other => panic!("expected a changed migration, got {other:?}"),
+    }
+    match ClickHouseSink::connect(&config).await {
+        Err(ingest::SinkError::Permanent(m)) => assert_eq!(m, line),
+        Err(e) => panic!("expected a permanent error, got {e:?}"),
+        Ok(_) => panic!("expected a refusal"),
+    }
+    drop_db(db).await;
+}
+
+/// Instances starting at once on one fresh ClickHouse database: each applies what it finds
+/// missing, harmlessly twice, and every version ends up with its checksum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_instances_starting_at_once_all_migrate() {
+    let config = clickhouse_config();
+    let (a, b, c) = tokio::join!(
+        ClickHouseSink::connect(&config),
+        ClickHouseSink::connect(&config),
+        ClickHouseSink::connect(&config)
+    );
+    a.expect("a");
+    b.expect("b");
+    c.expect("c");
+    assert_eq!(
+        clickhouse_checksums(&config.database).await,
+        expected_checksums(&migrate::CLICKHOUSE)
+    );
+    ClickHouseSink::connect(&config)
+        .await
+        .expect("and once more");
+    drop_db(&config.database).await;
+}
+
+/// The embedded telemetry file as the runner before checksums left it upgrades without
+/// applying anything again, records every file's SHA-256, and then refuses a changed file
+/// with the runner's one line.
+#[tokio::test]
+async fn sqlite_upgrades_a_file_from_before_checksums_then_refuses_a_changed_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("telemetry.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "CREATE TABLE telemetry_migrations (version INTEGER PRIMARY KEY, \
+             name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+        )
+        .expect("old table");
+        for m in migrate::TELEMETRY_SQLITE.migrations {
+            conn.execute_batch(m.sql).expect(m.name);
+            conn.execute(
+                "INSERT INTO telemetry_migrations (version, name, applied_at) VALUES (?1, ?2, 'then')",
+                rusqlite::params![m.version, m.name],
+            )
+            .expect("old row");
+        }
+        conn.execute(
+            "INSERT INTO telemetry_events (owner, session_id, ts, type, payload) \
+             VALUES ('u1', 's1', 1, 'playback_pause', '{}')",
+            [],
+        )
+        .expect("an event");
+    }
+    let checksums = |sink: &SqliteSink| {
+        let pool = sink.pool().clone();
+        async move {
+            sqlx::query_as::<_, (i64, String)>(
+                "SELECT version, checksum FROM telemetry_migrations ORDER BY version",
+            )
+            .fetch_all(&pool)
+            .await
+            .expect("applied")
+        }
+    };
+    for _ in 0..2 {
+        let sink = SqliteSink::open_in_dir(dir.path()).await.expect("upgrades");
+        assert_eq!(
+            checksums(&sink).await,
+            expected_checksums(&migrate::TELEMETRY_SQLITE)
+        );
+        assert_eq!(
+            Store::sqlite(sink.clone())
+                .session_events("u1", "s1")
+                .await
+                .expect("read")
+                .len(),
+            1,
+            "nothing applied again"
+        );
+        sink.close().await;
+    }
+    rusqlite::Connection::open(&path)
+        .expect("open")
+        .execute(
+            "UPDATE telemetry_migrations SET checksum = ?1 WHERE version = 2",
+            [&"0".repeat(64)],
+        )
+        .expect("tamper");
+    let line = format!(
+        "migration 0002_qoe_views of migrations/telemetry-sqlite/ was changed after it was \
+         applied (SHA-256 {}…, recorded 000000000000…): restore the file and make the change a new migration",
+        &migrate::TELEMETRY_SQLITE.migrations[1].checksum()[..12]
+    );
+    match SqliteSink::open_in_dir(dir.path()).await {
+        Err(ingest::SinkError::Permanent(m)) => assert!(m.ends_with(&line), "{m}"),
+        Err(e) => panic!("expected a permanent error, got {e:?}"),
+        Ok(_) => panic!("expected a refusal"),
+    }
+}

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use analytics::{OverviewQuery, TimeRange};
+use analytics::{Filters, TimeRange};
 use sqlx::AnyConnection;
 use tokio::sync::watch;
 
@@ -272,27 +272,9 @@ impl Alerts {
         ))
         .fetch_all(&self.db.pool)
         .await?;
-        let ids = if rules.is_empty() {
-            Default::default()
-        } else {
-            match streams.ids_by_source().await {
-                Ok(ids) => ids,
-                Err(e) => {
-                    tracing::warn!(error = %e, "qoe rules: stream ids unavailable");
-                    return Ok(());
-                }
-            }
-        };
         for rule in rules {
             let Some(c) = rule.qoe() else { continue };
-            let mut pairs: Vec<(String, String)> = c
-                .filters
-                .iter()
-                .map(|f| ("filter".to_owned(), f.clone()))
-                .collect();
-            pairs.push(("from".into(), crate::time::iso_ms(now - c.window_ms)));
-            pairs.push(("to".into(), crate::time::iso_ms(now)));
-            let Ok(q) = OverviewQuery::parse(&pairs, now) else {
+            let Ok(filters) = Filters::parse(c.filters.iter().map(String::as_str)) else {
                 continue;
             };
             let range = TimeRange {
@@ -303,10 +285,10 @@ impl Alerts {
                 .metric(
                     &rule.user_id,
                     range,
-                    &q.filters,
+                    &filters,
                     c.metric,
                     c.measurement,
-                    &ids,
+                    streams,
                 )
                 .await
             {

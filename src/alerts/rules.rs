@@ -173,14 +173,8 @@ impl Alerts {
                     .clone()
                     .or_else(|| base_qoe.as_ref().map(|q| q.filters.clone()))
                     .unwrap_or_default();
-                let pairs: Vec<(String, String)> = filters
-                    .iter()
-                    .map(|f| ("filter".to_owned(), f.clone()))
-                    .collect();
-                if let Err(e) = analytics::OverviewQuery::parse(&pairs, now_ms()) {
-                    if let Some(m) = e.errors.get("filter") {
-                        errors.insert("filter".into(), m.clone());
-                    }
+                if let Err(m) = analytics::Filters::parse(filters.iter().map(String::as_str)) {
+                    errors.insert("filter".into(), m);
                 }
                 match (metric, op, threshold) {
                     (Some(metric), Some(op), Some(threshold)) => Some(QoeCondition {

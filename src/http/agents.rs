@@ -7,7 +7,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, InternalError};
 use super::extract::is_row_id;
 use super::query::{int_in_range, invalid_enum, timestamp, QueryPairs};
 use super::AppState;
@@ -103,7 +103,7 @@ pub struct AgentFeed {
         (status = 200, body = AgentFeed),
         (status = 400, description = "A bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn feed(

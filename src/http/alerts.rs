@@ -11,7 +11,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, InternalError};
 use super::extract::{object, RowId, SessionUser, SmallBody};
 use super::query::{int_in_range, invalid_enum, timestamp, QueryPairs};
 use super::AppState;
@@ -493,7 +493,7 @@ fn paging(q: &QueryPairs, errors: &mut FieldErrors) -> (i64, Option<i64>) {
         (status = 201, description = "The channel; `secret` for a webhook and the `url` in full, this once", body = ChannelCreatedBody),
         (status = 400, description = "Invalid body, a target the SSRF guard refuses, or the caller's 50 channels reached (key `name`: `Channel limit reached (50)`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create_channel(
@@ -527,7 +527,7 @@ pub async fn create_channel(
     responses(
         (status = 200, body = ChannelList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_channels(
@@ -549,7 +549,7 @@ pub async fn list_channels(
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn update_channel(
@@ -573,7 +573,7 @@ pub async fn update_channel(
         (status = 204, description = "Deleted"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn delete_channel(
@@ -593,7 +593,7 @@ pub async fn delete_channel(
         (status = 400, description = "10 test deliveries to this channel in the last minute (key `channel`: `Too many test deliveries; try again in <n> s`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn test_channel(
@@ -613,7 +613,7 @@ pub async fn test_channel(
         (status = 400, description = "Not a webhook channel (key `type`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's channels", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn rotate_secret(
@@ -632,7 +632,7 @@ pub async fn rotate_secret(
         (status = 201, body = RuleBody),
         (status = 400, description = "Invalid body, or the caller's 200 rules reached (key `name`: `Rule limit reached (200)`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create_rule(
@@ -650,7 +650,7 @@ pub async fn create_rule(
     responses(
         (status = 200, body = RuleList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_rules(
@@ -672,7 +672,7 @@ pub async fn list_rules(
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's rules", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn update_rule(
@@ -693,7 +693,7 @@ pub async fn update_rule(
         (status = 204, description = "Deleted"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's rules", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn delete_rule(
@@ -717,7 +717,7 @@ pub async fn delete_rule(
         (status = 200, body = IncidentList),
         (status = 400, description = "A bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_incidents(
@@ -766,7 +766,7 @@ pub async fn list_incidents(
         (status = 200, body = DeliveryList),
         (status = 400, description = "A bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list_deliveries(
@@ -814,7 +814,7 @@ pub async fn list_deliveries(
         (status = 400, description = "10 resends to this channel in the last minute (key `delivery`: `Too many resends; try again in <n> s`)", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's deliveries (or its channel is gone)", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn resend(

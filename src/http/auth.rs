@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, AuthErrorBody, ErrorBody};
+use super::error::{ApiError, AuthErrorBody, ErrorBody, InternalError};
 use super::extract::{clear_cookie, foreign_origin, session_cookie, set_cookie, SmallBody};
 use super::AppState;
 use crate::accounts::{
@@ -328,7 +328,7 @@ fn issued_response(state: &AppState, issued: Issued, body: impl Serialize) -> Re
         (status = 400, description = "Invalid body, foreign Origin, sign-up disabled (`closed`), or no live invitation (`invite`, once an account exists: `SIGNUP_DISABLED`, \"Sign-up needs an invitation\")", body = AuthErrorBody),
         (status = 422, description = "The e-mail is taken", body = AuthErrorBody),
         (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn sign_up(
     state: State<Arc<AppState>>,
@@ -391,7 +391,7 @@ async fn try_sign_up(
         (status = 400, description = "Invalid body or foreign Origin", body = AuthErrorBody),
         (status = 401, description = "Wrong password or unknown e-mail", body = AuthErrorBody),
         (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn sign_in(
     state: State<Arc<AppState>>,
@@ -429,7 +429,7 @@ async fn try_sign_in(
 #[utoipa::path(post, path = "/api/auth/sign-out", operation_id = "signOut", tag = "accounts",
     responses(
         (status = 200, body = SignOutAnswer),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn sign_out(
     State(state): State<Arc<AppState>>,
@@ -452,7 +452,7 @@ pub async fn sign_out(
 #[utoipa::path(get, path = "/api/auth/get-session", operation_id = "getSession", tag = "accounts",
     responses(
         (status = 200, description = "The session, or `null`", body = Option<SessionAnswer>),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn get_session(
     State(state): State<Arc<AppState>>,
@@ -487,7 +487,7 @@ pub async fn get_session(
         (status = 400, description = "Invalid body, wrong current password (`INVALID_PASSWORD`), or the new password is the current one (`PASSWORD_UNCHANGED`)", body = AuthErrorBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 429, description = "Too many attempts from this client", body = AuthErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn change_password(

@@ -62,6 +62,44 @@ pub struct ErrorBody {
     pub error: &'static str,
 }
 
+/// The shared `500` of the OpenAPI document (`#/components/responses/InternalError`): an
+/// unexpected failure, its cause logged and never returned.
+pub struct InternalError;
+
+impl<'r> utoipa::ToResponse<'r> for InternalError {
+    fn response() -> (&'r str, utoipa::openapi::RefOr<utoipa::openapi::Response>) {
+        ("InternalError", error_response("Unexpected failure"))
+    }
+}
+
+/// The shared `500` of the routes that read the telemetry store
+/// (`#/components/responses/StoreUnavailable`): also answered while the store is down.
+pub struct StoreUnavailable;
+
+impl<'r> utoipa::ToResponse<'r> for StoreUnavailable {
+    fn response() -> (&'r str, utoipa::openapi::RefOr<utoipa::openapi::Response>) {
+        (
+            "StoreUnavailable",
+            error_response("Unexpected failure or store down"),
+        )
+    }
+}
+
+/// A response with an [`ErrorBody`] and `description`.
+fn error_response(description: &str) -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        )
+        .build()
+        .into()
+}
+
 /// `{ "errors": { <field>: <message> } }`: the 400 of a body or query that failed validation.
 #[derive(Serialize, ToSchema)]
 pub struct FieldErrorsBody {

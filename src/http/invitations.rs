@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::auth::UserBody;
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, InternalError};
 use super::extract::{RowId, SessionUser};
 use super::AppState;
 use crate::accounts::invitations::{Invitation, InvitationState};
@@ -99,7 +99,7 @@ pub fn signup_url(headers: &HeaderMap, token: &str) -> String {
         (status = 400, description = "100 invitations are pending already", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "The caller is not the instance's owner", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create(
@@ -124,7 +124,7 @@ pub async fn create(
         (status = 200, body = InvitationList),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "The caller is not the instance's owner", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list(
@@ -144,7 +144,7 @@ pub async fn list(
         (status = 204, description = "Revoked (or already revoked or used)"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Unknown id, or the caller is not the instance's owner", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn revoke(

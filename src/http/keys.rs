@@ -8,7 +8,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, InternalError};
 use super::extract::{object, RowId, SessionUser, SmallBody};
 use super::AppState;
 use crate::accounts::token::sha256_hex;
@@ -72,7 +72,7 @@ pub struct KeyList {
         (status = 201, body = MintedKey),
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create(
@@ -106,7 +106,7 @@ pub async fn create(
     responses(
         (status = 200, body = KeyList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list(
@@ -126,7 +126,7 @@ pub async fn list(
         (status = 204, description = "Revoked (or already revoked)"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Not one of the caller's keys", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn revoke(

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod health;
 pub mod invitations;
 pub mod keys;
+pub mod metrics;
 pub mod openapi;
 pub mod pages;
 pub mod qoe;
@@ -56,16 +57,13 @@ pub struct AppState {
     /// Session cookies carry `Secure` (`STREAMWATCH_PUBLIC_URL` is https).
     pub secure_cookies: bool,
     pub slow_ms: u64,
-    pub writer: ingest::WriterHandle,
+    /// Accepting a telemetry batch: the writer, the live views the refresher writes from
+    /// memory (ClickHouse), the breaker, the User-Agent cache.
+    pub intake: crate::telemetry::Intake,
     /// The telemetry store behind its circuit breaker (decisions.md §11).
     pub sink: ingest::SupervisedSink,
     /// Every read of telemetry (QoE routes, session read-back), under the same breaker.
     pub analytics: analytics::Store,
-    /// ClickHouse: the views this process ingests, which the ingest route feeds with every
-    /// acknowledged batch and the refresher writes from memory.
-    pub live: Option<Arc<analytics::LiveViews>>,
-    /// Browser, OS and device of a User-Agent, cached (a fleet has few distinct agents).
-    pub user_agents: ingest::UaCache,
 }
 
 /// The whole service's routes.
@@ -165,7 +163,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(bounds::bounded_query))
         .layer(middleware::from_fn(bounds::capped_response))
         .layer(middleware::from_fn(security::headers))
-        .layer(middleware::from_fn(crate::metrics::track_requests))
+        .layer(middleware::from_fn(metrics::track_requests))
         // Request ids: taken from `x-request-id` or generated, on every log line of the
         // request (the access log line included), and echoed in the response.
         .layer(PropagateRequestIdLayer::x_request_id())

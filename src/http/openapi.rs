@@ -7,6 +7,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::error::{InternalError, StoreUnavailable};
 use super::{agents, alerts, auth, health, invitations, keys, qoe, streams, telemetry, waitlist};
 
 #[derive(OpenApi)]
@@ -32,6 +33,7 @@ use super::{agents, alerts, auth, health, invitations, keys, qoe, streams, telem
         waitlist::join,
         health::healthz, health::readyz,
     ),
+    components(responses(InternalError, StoreUnavailable)),
     modifiers(&Security),
     tags(
         (name = "accounts", description = "Sign-up, sign-in and the session cookie (better-auth's routes); the owner's invitations"),

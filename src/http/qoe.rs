@@ -17,7 +17,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, StoreUnavailable};
 use super::extract::{RowId, SessionUser};
 use super::query::QueryPairs;
 use super::AppState;
@@ -62,7 +62,7 @@ fn csv(file: &'static str, body: String) -> Response {
         (status = 200, body = OverviewBody),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn overview(
@@ -71,10 +71,9 @@ pub async fn overview(
     pairs: QueryPairs,
 ) -> Result<Json<OverviewBody>, ApiError> {
     let q = parse(&pairs, OverviewQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .overview(&auth.user.id, &q, &streams)
+        .overview(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(Json(body))
@@ -95,7 +94,7 @@ pub async fn overview(
         (status = 200, description = "The answer; with `format=csv`, the same as CSV (a header row, one row per item)", content((TimeseriesBody = "application/json"), (String = "text/csv"))),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn timeseries(
@@ -104,10 +103,9 @@ pub async fn timeseries(
     pairs: QueryPairs,
 ) -> Result<Response, ApiError> {
     let q = parse(&pairs, TimeseriesQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .timeseries(&auth.user.id, &q, &streams)
+        .timeseries(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(match q.format {
@@ -133,7 +131,7 @@ pub async fn timeseries(
         (status = 200, description = "The answer; with `format=csv`, the same as CSV (a header row, one row per item)", content((BreakdownBody = "application/json"), (String = "text/csv"))),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn breakdown(
@@ -142,10 +140,9 @@ pub async fn breakdown(
     pairs: QueryPairs,
 ) -> Result<Response, ApiError> {
     let q = parse(&pairs, BreakdownQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .breakdown(&auth.user.id, &q, &streams)
+        .breakdown(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(match q.format {
@@ -168,7 +165,7 @@ pub async fn breakdown(
         (status = 200, description = "The answer; with `format=csv`, the same as CSV (a header row, one row per item)", content((ViewsBody = "application/json"), (String = "text/csv"))),
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn views(
@@ -177,10 +174,9 @@ pub async fn views(
     pairs: QueryPairs,
 ) -> Result<Response, ApiError> {
     let q = parse(&pairs, ViewsQuery::parse)?;
-    let streams = state.streams.ids_by_source().await?;
     let body = state
         .analytics
-        .views(&auth.user.id, &q, &streams)
+        .views(&auth.user.id, &q, &state.streams)
         .await
         .map_err(store_failed)?;
     Ok(match q.format {
@@ -252,7 +248,7 @@ pub struct TimelineBody {
         (status = 400, description = "Bad parameter", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Unknown stream", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn timeline(
@@ -263,7 +259,6 @@ pub async fn timeline(
 ) -> Result<Json<TimelineBody>, ApiError> {
     let q = parse(&pairs, TimelineQuery::parse)?;
     let stream = state.streams.get(&id).await?;
-    let streams = state.streams.ids_by_source().await?;
     let (probes, viewers) = tokio::try_join!(
         async {
             timeline::buckets(&state.db, &stream.id, q.range, q.granularity)
@@ -273,7 +268,7 @@ pub async fn timeline(
         async {
             state
                 .analytics
-                .timeline_viewers(&auth.user.id, &stream.source_url, &q, &streams)
+                .timeline_viewers(&auth.user.id, &stream.source_url, &q, &state.streams)
                 .await
                 .map_err(store_failed)
         },

@@ -8,7 +8,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, InternalError};
 use super::extract::{object, RowId, SessionUser, SmallBody};
 use super::AppState;
 use crate::states::{AgentState, StreamStatus};
@@ -140,7 +140,7 @@ fn parse_change(body: &[u8]) -> Result<StreamChange, ApiError> {
         (status = 201, description = "The stream, new or already registered", body = StreamItem),
         (status = 400, description = "Invalid body, refused by the SSRF guard, or the stream limit reached", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn create(
@@ -158,7 +158,7 @@ pub async fn create(
     responses(
         (status = 200, body = StreamList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<StreamList>, ApiError> {
@@ -175,7 +175,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<StreamList>
         (status = 200, body = StreamStatusBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Unknown stream", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn get(
@@ -202,7 +202,7 @@ pub async fn get(
         (status = 400, description = "Invalid body", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Unknown stream", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn update(
@@ -222,7 +222,7 @@ pub async fn update(
         (status = 204, description = "Deleted"),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "Unknown stream", body = ErrorBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ),
     security(("session" = [])))]
 pub async fn delete(

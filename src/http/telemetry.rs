@@ -1,6 +1,8 @@
 //! `POST /api/v1/telemetry` (bearer-gated ingest) and the cookie-gated read-back of the
 //! caller's sessions. Check order (decisions.md §7): bearer key → body size, parse and
-//! validation → body `apiKey` equals the bearer → durable write → 204.
+//! validation → body `apiKey` equals the bearer → durable write ([`Intake::accept`]) → 204.
+//!
+//! [`Intake::accept`]: crate::telemetry::Intake::accept
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use subtle::ConstantTimeEq;
 use tower_http::cors::{Any, CorsLayer};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, ErrorBody, FieldErrorsBody, StoreUnavailable};
 use super::extract::{read_body, BodyError, PathText, SessionUser, MSG_BODY_UNREADABLE};
 use super::query::{int_in_range, QueryPairs};
 use super::AppState;
@@ -21,9 +23,6 @@ use crate::time::Timestamp;
 
 /// Sessions listed by the read-back route.
 const SESSIONS_LIMIT: u32 = 50;
-
-/// Longest a telemetry request waits for its write to be acknowledged before answering 500.
-pub const STORE_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Preflight for any origin: players run on third-party pages. No cookies are involved.
 pub fn cors() -> CorsLayer {
@@ -315,66 +314,18 @@ pub async fn ingest(
         return Err(refused("auth", events, ApiError::InvalidApiKey));
     }
 
-    // A dead or hung store answers within STORE_DEADLINE (decisions.md §11): the breaker
-    // fails at once while the store is known down, and a request that waited this long tells
-    // the supervisor to check it. The batch is not acknowledged; the SDK retries it.
-    // The view's dimensions go once per batch, with the browser, OS and device of its agent.
-    let agent = state
-        .user_agents
-        .classify_bytes(headers.get(header::USER_AGENT).map(|v| v.as_bytes()));
-    // The live views take the batch once it is stored: its events and record, taken here
-    // from the typed batch (no parse of what the sink stores).
-    let live = state.live.as_ref().map(|_| {
-        let events: Vec<analytics::Event> = batch
-            .events
-            .iter()
-            .map(analytics::Event::from_wire)
-            .collect();
-        events
-    });
-    let (rows, record) = batch.into_write(&owner.user_id, agent);
-    let live = live.map(|events| {
-        let key = analytics::live::Key {
-            owner: record.owner.clone(),
-            session: record.session_id.clone(),
-        };
-        (key, events, analytics::BatchDims::from_record(&record, 0))
-    });
-    let stored =
-        tokio::time::timeout(STORE_DEADLINE, state.writer.submit_batch(rows, record)).await;
-    if let (Some(views), Some((key, events, dims))) = (&state.live, live) {
-        match &stored {
-            Ok(Ok(())) => views.take(key, events, &dims),
-            // Failed or timed out: some of it may be stored all the same.
-            _ => views.taint(key),
-        }
-    }
-    match stored {
-        Ok(Ok(())) => {
-            metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => "accepted")
-                .increment(1);
-            metrics::counter!("streamwatch_telemetry_events_total", "outcome" => "accepted")
-                .increment(events as u64);
-            Ok(StatusCode::NO_CONTENT)
-        }
-        Ok(Err(e)) => Err(refused("store", events, ApiError::internal(e))),
-        Err(_) => {
-            state.sink.suspect();
-            Err(refused(
-                "store",
-                events,
-                ApiError::internal("telemetry store did not acknowledge in time"),
-            ))
-        }
+    let user_agent = headers.get(header::USER_AGENT).map(|v| v.as_bytes());
+    match state.intake.accept(&owner.user_id, batch, user_agent).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        // Counted by `accept`; the cause is logged, never returned.
+        Err(e) => Err(ApiError::internal(e)),
     }
 }
 
-/// Counts a refused batch (`auth`, `validation` or `store`) and its events (0 when it was
-/// refused before parsing), and passes the error on.
+/// Counts a batch refused before it reached the store (`auth` or `validation`) and its
+/// events (0 when it was refused before parsing), and passes the error on.
 fn refused(reason: &'static str, events: usize, e: ApiError) -> ApiError {
-    metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => reason).increment(1);
-    metrics::counter!("streamwatch_telemetry_events_total", "outcome" => reason)
-        .increment(events as u64);
+    crate::telemetry::count(reason, events);
     e
 }
 
@@ -383,7 +334,7 @@ fn refused(reason: &'static str, events: usize, e: ApiError) -> ApiError {
     responses(
         (status = 200, body = SessionList),
         (status = 401, description = "No valid session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn sessions(
@@ -412,7 +363,7 @@ pub async fn sessions(
         (status = 400, description = "A bad `limit` or `cursor`", body = FieldErrorsBody),
         (status = 401, description = "No valid session", body = ErrorBody),
         (status = 404, description = "The caller has no such session", body = ErrorBody),
-        (status = 500, description = "Unexpected failure or store down", body = ErrorBody),
+        (status = 500, response = StoreUnavailable),
     ),
     security(("session" = [])))]
 pub async fn session_events(

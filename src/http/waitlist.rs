@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, FieldErrorsBody};
+use super::error::{ApiError, FieldErrorsBody, InternalError};
 use super::extract::SmallBody;
 use super::AppState;
 use crate::accounts::normalize_email;
@@ -27,7 +27,7 @@ pub struct WaitlistBody {
     responses(
         (status = 204, description = "On the list"),
         (status = 400, description = "Not an e-mail address", body = FieldErrorsBody),
-        (status = 500, description = "Unexpected failure", body = ErrorBody),
+        (status = 500, response = InternalError),
     ))]
 pub async fn join(
     State(state): State<Arc<AppState>>,

@@ -1,6 +1,7 @@
 //! Streams: registration (upsert by `sourceUrl`, behind the SSRF guard), listing, reading and
 //! renaming, and the snapshot fields the prober keeps up to date (decisions.md §5).
 
+mod ids;
 pub mod summary;
 pub mod uptime;
 
@@ -124,6 +125,8 @@ pub struct Streams {
     guard: Guard,
     /// Streams one user may register (`STREAMWATCH_MAX_STREAMS_PER_USER`).
     max_per_user: u32,
+    /// The `src` → `streamId` map, validated at each use ([`Streams::ids_by_source`]).
+    ids: ids::IdCache,
 }
 
 impl Streams {
@@ -132,6 +135,7 @@ impl Streams {
             db,
             guard,
             max_per_user,
+            ids: ids::IdCache::default(),
         }
     }
 
@@ -228,15 +232,6 @@ impl Streams {
         .fetch_all(&self.db.pool)
         .await?;
         self.with_uptime(rows).await
-    }
-
-    /// Every registered stream's id by its `sourceUrl`: how a view's `src` names its stream
-    /// (`streamId` of analytics.md §4). `sourceUrl` is unique, so the map is exact.
-    pub async fn ids_by_source(&self) -> Result<analytics::StreamIds, StreamError> {
-        let rows: Vec<(String, String)> = sqlx::query_as("SELECT source_url, id FROM streams")
-            .fetch_all(&self.db.pool)
-            .await?;
-        Ok(rows.into_iter().collect())
     }
 
     /// One stream by id.

@@ -11,13 +11,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use clickhouse::Row;
 use futures_util::TryStreamExt;
-use ingest::{EventType, StoredEvent};
+use ingest::EventType;
 use serde::Deserialize;
 use sqlx::Row as _;
 
 use super::clickhouse::ChStore;
 use super::sqlite::SqliteStore;
 use super::{AnalyticsError, Engine, Store};
+use crate::session::StoredEvent;
 
 /// A `ts` below every stored one (telemetry `ts` lies in years 0000–9999), for a first page.
 const BEFORE_ANY_TS: i64 = i64::MIN / 2;

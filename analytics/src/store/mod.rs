@@ -9,19 +9,26 @@
 //!   the refresher's upserts on its single writer); percentiles by row number.
 //!
 //! Selection (range, filters, `streamId` through the caller's `src → streamId` map) and
-//! grouping happen in SQL and fill one [`Aggregate`] per group; the bodies are built by
+//! grouping happen in SQL and fill one [`Aggregate`] per group. The map comes from the
+//! caller's [`StreamDirectory`], asked only when a question names `streamId` (a filter, a
+//! breakdown by it) or its answer shows it (the views list); it never goes into SQL whole
+//! (a filter sends the sources of the ids it names; ClickHouse's breakdown by `streamId`
+//! loads the registered sources into a temporary table of its own session). the bodies are built by
 //! the shared builders of [`crate::response`], as the reference implementation's are.
 //! [`Store::guarded_by`] puts every read behind the telemetry store's circuit breaker.
 
-mod clickhouse;
+pub(crate) mod clickhouse;
 mod events_page;
-mod sql;
-mod sqlite;
+pub(crate) mod sql;
+pub(crate) mod sqlite;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
-use ingest::{SessionSummary, SinkError, SqliteSink, StoredEvent, SupervisedSink};
+use futures_util::future::BoxFuture;
+
+use ingest::{SinkError, SqliteSink, SupervisedSink};
 
 use crate::metrics::Aggregate;
 use crate::query::{
@@ -31,6 +38,7 @@ use crate::query::{
 use crate::response::{
     timeline_viewers, BreakdownBody, OverviewBody, TimelineViewers, TimeseriesBody, ViewsBody,
 };
+use crate::session::{SessionSummary, StoredEvent};
 use crate::BreakdownQuery;
 
 pub(crate) use self::clickhouse::ChStore;
@@ -71,6 +79,41 @@ impl From<AnalyticsError> for SinkError {
             AnalyticsError::Retryable(m) => SinkError::Retryable(m),
             AnalyticsError::Permanent(m) => SinkError::Permanent(m),
         }
+    }
+}
+
+/// Where a question finds the caller's registered streams: every stream's `streamId` by
+/// its `sourceUrl`, which is how a view's `src` names its stream (analytics.md §4). The
+/// [`Store`] asks only when a question names `streamId` or its answer shows it, so the
+/// others never read the streams. The server's implementation caches the map; a
+/// [`StreamIds`] is one as it is (tests, benchmarks).
+pub trait StreamDirectory: Send + Sync {
+    /// `src` → `streamId` of every registered stream.
+    fn ids_by_source(&self) -> BoxFuture<'_, Result<Arc<StreamIds>, AnalyticsError>>;
+}
+
+impl StreamDirectory for StreamIds {
+    fn ids_by_source(&self) -> BoxFuture<'_, Result<Arc<StreamIds>, AnalyticsError>> {
+        Box::pin(async move { Ok(Arc::new(self.clone())) })
+    }
+}
+
+impl StreamDirectory for Arc<StreamIds> {
+    fn ids_by_source(&self) -> BoxFuture<'_, Result<Arc<StreamIds>, AnalyticsError>> {
+        Box::pin(async move { Ok(self.clone()) })
+    }
+}
+
+/// The map of `streams` when `needed`, else an empty one (which resolves nothing, and
+/// nothing asks it to).
+async fn stream_ids(
+    streams: &dyn StreamDirectory,
+    needed: bool,
+) -> Result<Arc<StreamIds>, AnalyticsError> {
+    if needed {
+        streams.ids_by_source().await
+    } else {
+        Ok(Arc::default())
     }
 }
 
@@ -252,8 +295,9 @@ impl Store {
         &self,
         owner: &str,
         q: &OverviewQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<OverviewBody, AnalyticsError> {
+        let streams = &*stream_ids(streams, q.filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -271,8 +315,9 @@ impl Store {
         &self,
         owner: &str,
         q: &TimeseriesQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<TimeseriesBody, AnalyticsError> {
+        let streams = &*stream_ids(streams, q.filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -295,8 +340,10 @@ impl Store {
         &self,
         owner: &str,
         q: &BreakdownQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<BreakdownBody, AnalyticsError> {
+        let needed = q.filters.names_stream_id() || q.by == Dimension::StreamId;
+        let streams = &*stream_ids(streams, needed).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -341,13 +388,15 @@ impl Store {
         &self,
         owner: &str,
         q: &ViewsQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<ViewsBody, AnalyticsError> {
+        let filtered = q.filters.names_stream_id();
+        let ids = stream_ids(streams, filtered).await?;
         let sel = Selection {
             owner,
             range: q.range,
             filters: &q.filters,
-            streams,
+            streams: &ids,
             src: None,
         };
         let rows = self
@@ -358,7 +407,13 @@ impl Store {
                 }
             })
             .await?;
-        Ok(ViewsBody::build(&rows, q.limit, streams))
+        // Each item shows its `streamId`: the map is read for a page with a `src` in it.
+        let ids = if !filtered && rows.iter().any(|v| v.dims.src.is_some()) {
+            streams.ids_by_source().await?
+        } else {
+            ids
+        };
+        Ok(ViewsBody::build(&rows, q.limit, &ids))
     }
 
     /// The viewers half of `GET /api/v1/streams/{id}/timeline`: `owner`'s views whose
@@ -370,8 +425,9 @@ impl Store {
         owner: &str,
         stream_src: &str,
         q: &TimelineQuery,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<Vec<TimelineViewers>, AnalyticsError> {
+        let streams = &*stream_ids(streams, q.filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range: q.range,
@@ -398,8 +454,9 @@ impl Store {
         filters: &Filters,
         metric: Metric,
         measurement: Measurement,
-        streams: &StreamIds,
+        streams: &dyn StreamDirectory,
     ) -> Result<(i64, Option<f64>), AnalyticsError> {
+        let streams = &*stream_ids(streams, filters.names_stream_id()).await?;
         let sel = Selection {
             owner,
             range,
@@ -447,49 +504,6 @@ impl Store {
     }
 }
 
-/// The SQLite refresher's streamed event reads: rows arrive in session order, and
-/// each session's run of items goes to `derive` as soon as the next session starts, so only
-/// one session's events are held at a time.
-pub(crate) struct SessionRuns<T> {
-    session: String,
-    items: Vec<T>,
-}
-
-impl<T> SessionRuns<T> {
-    pub fn new() -> Self {
-        SessionRuns {
-            session: String::new(),
-            items: Vec::new(),
-        }
-    }
-
-    /// Adds a row of `session` (`None`: a row that yields no item, e.g. an unknown type).
-    pub fn push(
-        &mut self,
-        session: &str,
-        item: Option<T>,
-        derive: &mut impl FnMut(&str, &mut Vec<T>),
-    ) {
-        if session != self.session {
-            self.flush(derive);
-            session.clone_into(&mut self.session);
-        }
-        self.items.extend(item);
-    }
-
-    /// Hands the last session's run to `derive`.
-    pub fn finish(mut self, derive: &mut impl FnMut(&str, &mut Vec<T>)) {
-        self.flush(derive);
-    }
-
-    fn flush(&mut self, derive: &mut impl FnMut(&str, &mut Vec<T>)) {
-        if !self.items.is_empty() {
-            derive(&self.session, &mut self.items);
-            self.items.clear();
-        }
-    }
-}
-
 fn by_bucket(groups: Vec<(GroupKey, Aggregate)>) -> BTreeMap<i64, Aggregate> {
     groups
         .into_iter()
@@ -505,26 +519,4 @@ fn by_bucket(groups: Vec<(GroupKey, Aggregate)>) -> BTreeMap<i64, Aggregate> {
 /// whoever wrote it last.
 pub(crate) fn view_version(batch_rows: u64, event_rows: u64) -> u64 {
     (batch_rows.min(u64::from(u32::MAX)) << 32) | event_rows.min(u64::from(u32::MAX))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SessionRuns;
-
-    #[test]
-    fn session_runs_hand_over_each_session_once_with_its_items() {
-        let mut seen: Vec<(String, Vec<u32>)> = Vec::new();
-        let mut derive = |s: &str, items: &mut Vec<u32>| seen.push((s.to_owned(), items.clone()));
-        let mut runs = SessionRuns::new();
-        runs.push("a", Some(1), &mut derive);
-        runs.push("a", Some(2), &mut derive);
-        // A row without an item still ends the previous session's run.
-        runs.push("b", None, &mut derive);
-        runs.push("c", Some(3), &mut derive);
-        runs.finish(&mut derive);
-        assert_eq!(
-            seen,
-            vec![("a".to_owned(), vec![1, 2]), ("c".to_owned(), vec![3])]
-        );
-    }
 }

@@ -1,35 +1,30 @@
 //! The embedded SQLite engine: aggregations over `qoe_views` (exact percentiles by row
-//! number), the views list, the session read-back over `telemetry_events`, and the
-//! refresher's reads (read pool) and upserts (the sink's single writer).
+//! number), the views list and the session read-back over `telemetry_events`, on the
+//! sink's read pool. The refresher's upserts are [`crate::refresh`]'s.
 
 use std::collections::{BTreeMap, HashMap};
 
-use futures_util::TryStreamExt;
-use ingest::{EventType, SessionSummary, SqliteSink, StoredEvent, TypeCounts};
+use ingest::{EventType, SqliteSink};
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
 use super::sql::{bucket_expr, push_selection, Arg, Dialect, Sql};
-use super::{view_version, AnalyticsError, Group, GroupKey, Needs, Selection, SessionRuns};
-use crate::dims::{BatchDims, Dims, UserAgent};
-use crate::event::{needs_payload, Event};
+use super::{AnalyticsError, Group, GroupKey, Needs, Selection};
+use crate::dims::{Dims, UserAgent};
 use crate::metrics::Aggregate;
 use crate::query::{Cursor, Dimension};
-use crate::refresh::{RefreshConfig, RefreshState, RefreshStats};
+use crate::session::{SessionSummary, StoredEvent, TypeCounts};
 use crate::view::View;
 
 const D: Dialect = Dialect::Sqlite;
 
-/// The watermark's row in `qoe_refresh_state`.
-const WATERMARK: &str = "views";
-
 /// The embedded engine.
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
-    pub(super) sink: SqliteSink,
+    pub(crate) sink: SqliteSink,
 }
 
-pub(super) fn map_err(e: sqlx::Error) -> AnalyticsError {
+pub(crate) fn map_err(e: sqlx::Error) -> AnalyticsError {
     ingest::sink::sqlite::classify_error(e).into()
 }
 
@@ -39,16 +34,6 @@ const VIEW_COLUMNS: &str = "v.session_id, v.started_at, v.ended_at, v.started, v
     v.rebuffer_count, v.rebuffer_ms, v.paused_ms, v.watch_time_ms, v.bitrate_weighted_sum, \
     v.bitrate_covered_ms, v.rendition_switches, v.upshifts, v.downshifts, v.error_count, \
     v.fatal_error_code, v.content_id, v.src, v.sdk, v.player, v.browser, v.os, v.device_type";
-
-/// The upsert of one view.
-const UPSERT_VIEW: &str = "INSERT OR REPLACE INTO qoe_views (owner, session_id, started_at, \
-    ended_at, started, first_frame_at, startup_ms, failed, failed_at, startup_failure, \
-    exit_before_start, rebuffer_count, rebuffer_ms, paused_ms, watch_time_ms, \
-    bitrate_weighted_sum, bitrate_covered_ms, rendition_switches, upshifts, downshifts, \
-    error_count, fatal_error_code, content_id, src, sdk, player, browser, os, device_type, \
-    batch_rows, event_rows, version, derived_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, \
-    ?28, ?29, ?30, ?31, ?32, ?33)";
 
 fn view_from_row(r: &SqliteRow) -> Result<View, sqlx::Error> {
     let b = |i: usize| -> Result<bool, sqlx::Error> { Ok(r.try_get::<i64, _>(i)? != 0) };
@@ -136,7 +121,7 @@ fn aggregate_from_row(r: &SqliteRow) -> Result<Aggregate, sqlx::Error> {
 /// The percentiles analytics.md §3 reports, in whole percent.
 const PERCENTILES: [i64; 4] = [50, 75, 95, 99];
 
-fn bind_all<'q>(
+pub(crate) fn bind_all<'q>(
     q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
     args: &'q [Arg],
 ) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
@@ -158,7 +143,7 @@ impl SqliteStore {
         SqliteStore { sink }
     }
 
-    async fn fetch(&self, sql: &Sql) -> Result<Vec<SqliteRow>, AnalyticsError> {
+    pub(crate) async fn fetch(&self, sql: &Sql) -> Result<Vec<SqliteRow>, AnalyticsError> {
         bind_all(sqlx::query(&sql.text), &sql.args)
             .fetch_all(self.sink.pool())
             .await
@@ -420,155 +405,7 @@ impl SqliteStore {
             })
             .collect()
     }
-
-    // ---------------------------------------------------------------- refresher
-
-    /// One refresh step (see [`crate::refresh`]): every session with a record above the
-    /// watermark id is derived again; then the watermark moves to the highest id read.
-    pub async fn refresh_step(
-        &self,
-        state: &mut RefreshState,
-        cfg: &RefreshConfig,
-    ) -> Result<RefreshStats, AnalyticsError> {
-        let pool = self.sink.pool();
-        let watermark = match state.watermark {
-            Some(w) => w,
-            None => sqlx::query("SELECT value FROM qoe_refresh_state WHERE name = ?")
-                .bind(WATERMARK)
-                .fetch_optional(pool)
-                .await
-                .map_err(map_err)?
-                .map(|r| r.try_get::<i64, _>(0))
-                .transpose()
-                .map_err(map_err)?
-                .unwrap_or(0),
-        };
-        let top: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM view_batches")
-            .fetch_one(pool)
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(map_err)?;
-        let mut stats = RefreshStats::default();
-        if top <= watermark {
-            state.watermark = Some(watermark);
-            return Ok(stats);
-        }
-        let keys = sqlx::query(
-            "SELECT DISTINCT owner, session_id FROM view_batches \
-             WHERE id > ? AND id <= ? ORDER BY owner, session_id",
-        )
-        .bind(watermark)
-        .bind(top)
-        .fetch_all(pool)
-        .await
-        .map_err(map_err)?;
-        stats.candidates = keys.len();
-        let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for r in &keys {
-            by_owner
-                .entry(r.try_get(0).map_err(map_err)?)
-                .or_default()
-                .push(r.try_get(1).map_err(map_err)?);
-        }
-        for (owner, sessions) in &by_owner {
-            for chunk in sessions.chunks(cfg.chunk.clamp(1, 10_000)) {
-                self.refresh_chunk(owner, chunk, &mut stats).await?;
-            }
-        }
-        self.sink
-            .write_transaction(move |tx| {
-                tx.execute(
-                    "INSERT INTO qoe_refresh_state (name, value) VALUES (?1, ?2) \
-                     ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
-                    rusqlite::params![WATERMARK, top],
-                )
-                .map(|_| ())
-            })
-            .await?;
-        state.watermark = Some(top);
-        Ok(stats)
-    }
-
-    async fn refresh_chunk(
-        &self,
-        owner: &str,
-        sessions: &[String],
-        stats: &mut RefreshStats,
-    ) -> Result<(), AnalyticsError> {
-        let mut sql =
-            Sql::new("SELECT session_id, first_ts, id, dims FROM view_batches WHERE owner = ");
-        sql.str(owner)
-            .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str));
-        let mut records: HashMap<String, Vec<BatchDims>> = HashMap::new();
-        for r in self.fetch(&sql).await? {
-            let session: String = r.try_get(0).map_err(map_err)?;
-            let first_ts: i64 = r.try_get(1).map_err(map_err)?;
-            let id: i64 = r.try_get(2).map_err(map_err)?;
-            let dims: String = r.try_get(3).map_err(map_err)?;
-            records
-                .entry(session)
-                .or_default()
-                .push(BatchDims::from_stored(first_ts, id as u64, &dims));
-        }
-        // Read after the records: every event of a record read is in it (one commit).
-        // Streamed in session order and derived one session at a time: a chunk's events
-        // can be millions of rows (long sessions), which one `fetch_all` held at once
-        // (2.3 GiB of server RSS under `bench/ingest.sh`, docs/benchmarks.md).
-        let mut sql = Sql::new(
-            "SELECT session_id, ts, type, CASE WHEN type IN ('playback_start', \
-             'quality_change', 'error', 'session_end') THEN payload ELSE '' END \
-             FROM telemetry_events WHERE owner = ",
-        );
-        sql.str(owner)
-            .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str))
-            .push(" ORDER BY session_id");
-        let mut derived = Vec::with_capacity(sessions.len());
-        let mut derive = |session: &str, evs: &mut Vec<Event>| {
-            let dims = records.remove(session).unwrap_or_default();
-            if let Some(view) = View::derive(session, evs, &dims) {
-                derived.push((view, dims.len() as u64, evs.len() as u64));
-            }
-        };
-        let mut runs = SessionRuns::new();
-        let mut rows = bind_all(sqlx::query(&sql.text), &sql.args).fetch(self.sink.pool());
-        while let Some(r) = rows.try_next().await.map_err(map_err)? {
-            let session: &str = r.try_get(0).map_err(map_err)?;
-            let ts: i64 = r.try_get(1).map_err(map_err)?;
-            let t: &str = r.try_get(2).map_err(map_err)?;
-            let event = match EventType::from_wire(t) {
-                Some(t) if needs_payload(t) => {
-                    Some(Event::parse(ts, t, r.try_get(3).map_err(map_err)?))
-                }
-                Some(t) => Some(Event::new(ts, t)),
-                None => None,
-            };
-            runs.push(session, event, &mut derive);
-        }
-        runs.finish(&mut derive);
-        stats.derived += derived.len();
-        stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
-        if derived.is_empty() {
-            return Ok(());
-        }
-        // In short transactions: ingest shares the store's single writer, and one
-        // transaction for a whole chunk (10,000 views) held its writes for long enough to
-        // put a p99 of 344 ms on ingest at half rate (docs/benchmarks.md).
-        let now = now_ms();
-        while !derived.is_empty() {
-            let part = derived.split_off(derived.len().saturating_sub(UPSERT_BATCH));
-            let owner = owner.to_owned();
-            self.sink
-                .write_transaction(move |tx| upsert_views(tx, &owner, &part, now))
-                .await?;
-        }
-        Ok(())
-    }
 }
-
-/// Views upserted per write transaction.
-const UPSERT_BATCH: usize = 256;
 
 /// A map key for a group key (`None` and `Some("")` differ).
 fn key_id(k: &GroupKey) -> String {
@@ -578,83 +415,4 @@ fn key_id(k: &GroupKey) -> String {
         GroupKey::Value(None) => "n".to_owned(),
         GroupKey::Value(Some(v)) => format!("v{v}"),
     }
-}
-
-/// Upserts derived views and their tags; a stored row with a higher version (derived
-/// from more data) stays.
-fn upsert_views(
-    tx: &rusqlite::Transaction<'_>,
-    owner: &str,
-    derived: &[(View, u64, u64)],
-    now_ms: i64,
-) -> rusqlite::Result<()> {
-    let mut stored =
-        tx.prepare_cached("SELECT version FROM qoe_views WHERE owner = ?1 AND session_id = ?2")?;
-    let mut upsert = tx.prepare_cached(UPSERT_VIEW)?;
-    let mut clear_tags =
-        tx.prepare_cached("DELETE FROM qoe_view_tags WHERE owner = ?1 AND session_id = ?2")?;
-    let mut add_tag = tx.prepare_cached(
-        "INSERT INTO qoe_view_tags (owner, session_id, name, value) VALUES (?1, ?2, ?3, ?4)",
-    )?;
-    for (v, batch_rows, event_rows) in derived {
-        let version = view_version(*batch_rows, *event_rows) as i64;
-        let current: Option<i64> = stored
-            .query_row(rusqlite::params![owner, v.session_id], |r| r.get(0))
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })?;
-        if current.is_some_and(|c| c > version) {
-            continue;
-        }
-        let d = &v.dims;
-        upsert.execute(rusqlite::params![
-            owner,
-            v.session_id,
-            v.started_at,
-            v.ended_at,
-            v.started,
-            v.first_frame_at,
-            v.startup_ms,
-            v.failed,
-            v.failed_at,
-            v.startup_failure,
-            v.exit_before_start,
-            v.rebuffer_count,
-            v.rebuffer_ms,
-            v.paused_ms,
-            v.watch_time_ms,
-            v.bitrate_weighted_sum,
-            v.bitrate_covered_ms,
-            v.rendition_switches,
-            v.upshifts,
-            v.downshifts,
-            v.error_count,
-            v.fatal_error_code,
-            d.content_id,
-            d.src,
-            d.sdk,
-            d.player,
-            d.user_agent.browser,
-            d.user_agent.os,
-            d.user_agent.device_type,
-            *batch_rows as i64,
-            *event_rows as i64,
-            version,
-            now_ms,
-        ])?;
-        clear_tags.execute(rusqlite::params![owner, v.session_id])?;
-        for (name, value) in &d.tags {
-            add_tag.execute(rusqlite::params![owner, v.session_id, name, value])?;
-        }
-    }
-    Ok(())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

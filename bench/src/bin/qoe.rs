@@ -5,8 +5,8 @@
 //! runs the refresher once over everything (timed), then times each QoE route many times
 //! and prints p50 / p95 / p99 per route.
 //!
-//! `qoe ingest`: the writer + sink flat out with realistic SDK batches (rows and records
-//! through `WriterHandle::submit_batch`), with or without the refresher running every
+//! `qoe ingest`: the writer + sink flat out with realistic SDK batches, each through the
+//! server's own `streamwatch::telemetry::Intake::accept` (rows, record, live views), with or without the refresher running every
 //! `--every`, for the "ingest with rollups ≥ 85 % of without" figure; with `--rate` it runs
 //! open loop at that rate and measures freshness: the time from a batch's acknowledgement
 //! until its view has a row in `qoe_views` (what the views list reads), polled every
@@ -309,15 +309,18 @@ async fn routes(a: RoutesArgs) -> Result<()> {
         from_ms: end - 7 * DAY_MS,
         to_ms: end,
     };
-    let streams: StreamIds = (0..a.contents)
-        .filter(|r| r % 10 == 3)
-        .map(|r| {
-            (
-                format!("https://live.example.com/channel-{r}/index.m3u8"),
-                format!("st_{r}"),
-            )
-        })
-        .collect();
+    // Held as the server's cache holds it: no copy per question.
+    let streams: Arc<StreamIds> = Arc::new(
+        (0..a.contents)
+            .filter(|r| r % 10 == 3)
+            .map(|r| {
+                (
+                    format!("https://live.example.com/channel-{r}/index.m3u8"),
+                    format!("st_{r}"),
+                )
+            })
+            .collect(),
+    );
     let src = "https://live.example.com/channel-3/index.m3u8";
     let mut lines = Vec::new();
     macro_rules! time {
@@ -424,6 +427,20 @@ fn ingest_batches() -> Vec<analytics::fleet::GenBatch> {
     Fleet::generate(&cfg).batches
 }
 
+/// The ingest run's batches as the ingest route has them after parsing (its body through
+/// `ingest::parse_batch`), each with its player's `User-Agent`.
+fn wire_batches() -> Result<Vec<(ingest::Batch, Option<String>)>> {
+    ingest_batches()
+        .into_iter()
+        .map(|b| {
+            let mut body = b.wire_json("svc_bench").into_bytes();
+            let batch = ingest::parse_batch(&mut body)
+                .map_err(|e| anyhow::anyhow!("fleet batch refused: {e:?}"))?;
+            Ok((batch, b.user_agent))
+        })
+        .collect()
+}
+
 async fn ingest(a: IngestArgs) -> Result<()> {
     let (sink, store, live) = open(&a.store).await?;
     // As the server: the live views take every acknowledged batch when the refresher runs.
@@ -437,8 +454,15 @@ async fn ingest(a: IngestArgs) -> Result<()> {
             stop_rx,
         ))
     });
-    let batches = Arc::new(ingest_batches());
-    let ua = UaCache::default();
+    // Every batch goes through the server's own rule for accepting one (its writer, its
+    // live views); in-process, the writer's ceiling is measured, so no request deadline.
+    let intake = streamwatch::telemetry::Intake::new(
+        writer.handle(),
+        live.clone(),
+        None,
+        Duration::from_secs(3600),
+    );
+    let batches = Arc::new(wire_batches()?);
     let deadline = Instant::now() + Duration::from_secs_f64(a.duration);
     let start = Instant::now();
     let run_id: u32 = std::process::id();
@@ -462,17 +486,15 @@ async fn ingest(a: IngestArgs) -> Result<()> {
     });
     let mut tasks = Vec::new();
     for w in 0..a.submitters {
-        let h = writer.handle();
+        let intake = intake.clone();
         let ack_tx = ack_tx.clone();
         let batches = batches.clone();
-        let ua = ua.clone();
-        let live = live.clone();
         tasks.push(tokio::spawn(async move {
             let mut events = 0u64;
             let mut i = w;
             let mut next = Instant::now();
             while Instant::now() < deadline {
-                let b = &batches[i % batches.len()];
+                let (b, user_agent) = &batches[i % batches.len()];
                 // A fresh session per pass over the fleet, so nothing dedups away.
                 let pass = i / batches.len();
                 let mut b = b.clone();
@@ -485,32 +507,22 @@ async fn ingest(a: IngestArgs) -> Result<()> {
                     // SDK 0.1.0's ids (UUIDv4): spread over the whole key range.
                     SessionIds::Random => format!("{}-r{run_id}-p{pass}", b.session_id),
                 };
-                let (rows, record) = b.to_write(OWNER, ua.classify(b.user_agent.as_deref()));
-                let n = rows.len() as u64;
+                let n = b.events.len() as u64;
                 if let Some(r) = per_submitter_rate {
                     next += Duration::from_secs_f64(n as f64 / r);
                     tokio::time::sleep_until(next.into()).await;
                 }
-                let taken = live.as_ref().map(|_| {
-                    let key = analytics::live::Key {
-                        owner: record.owner.clone(),
-                        session: record.session_id.clone(),
-                    };
-                    let events = b.events.iter().map(analytics::Event::from_stored).collect();
-                    (key, events, analytics::BatchDims::from_record(&record, 0))
+                let sample = (per_submitter_rate.is_some() && i % 50 == 0).then(|| {
+                    let last_ts = b.events.iter().map(|e| e.ts_ms).max().unwrap_or(0);
+                    (b.session_id.clone(), last_ts)
                 });
-                let stored = h.submit_batch(rows, record).await;
-                if let (Some(l), Some((key, events, dims))) = (&live, taken) {
-                    match &stored {
-                        Ok(()) => l.take(key, events, &dims),
-                        Err(_) => l.taint(key),
-                    }
-                }
+                let stored = intake
+                    .accept(OWNER, b, user_agent.as_deref().map(str::as_bytes))
+                    .await;
                 if stored.is_ok() {
                     events += n;
-                    if per_submitter_rate.is_some() && i % 50 == 0 {
-                        let last_ts = b.events.iter().map(|e| e.ts_ms).max().unwrap_or(0);
-                        let _ = ack_tx.send((b.session_id.clone(), last_ts, Instant::now()));
+                    if let Some((session, last_ts)) = sample {
+                        let _ = ack_tx.send((session, last_ts, Instant::now()));
                     }
                 }
                 i += stride;

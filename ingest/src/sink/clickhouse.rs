@@ -1,7 +1,8 @@
 //! ClickHouse sink: RowBinary inserts through the `clickhouse` crate into a
 //! `ReplacingMergeTree` table of events and a `MergeTree` table of batch records
-//! (`view_batches`), and the start-up migration runner for `migrations/clickhouse/`
-//! (which also creates the tables the `analytics` crate reads and writes).
+//! (`view_batches`), and the driver of the one migration runner (the `migrate` crate) for
+//! `migrations/clickhouse/`, which also creates the tables the `analytics` crate reads and
+//! writes, on its behalf.
 //!
 //! Works against Debian's ClickHouse 18.16 (the CI server) and current releases
 //! (see shared/notes/clickhouse.md): no compression, client-side `?` binds, and
@@ -33,30 +34,6 @@ pub const BATCHES_BUFFER: &str = "view_batches_buffer";
 
 /// Table recording applied migrations.
 pub const MIGRATIONS_TABLE: &str = "schema_migrations";
-
-/// Numbered migrations of `migrations/clickhouse/`, embedded at build time.
-pub const MIGRATIONS: &[(u32, &str, &str)] = &[
-    (
-        1,
-        "0001_telemetry_events",
-        include_str!("../../../migrations/clickhouse/0001_telemetry_events.sql"),
-    ),
-    (
-        2,
-        "0002_qoe_views",
-        include_str!("../../../migrations/clickhouse/0002_qoe_views.sql"),
-    ),
-    (
-        3,
-        "0003_view_batches_buffer",
-        include_str!("../../../migrations/clickhouse/0003_view_batches_buffer.sql"),
-    ),
-    (
-        4,
-        "0004_view_batches_writer",
-        include_str!("../../../migrations/clickhouse/0004_view_batches_writer.sql"),
-    ),
-];
 
 /// Time allowed for sending an insert's rows, and for the server to confirm it.
 const INSERT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -202,8 +179,9 @@ pub struct RecordRow<'a> {
 }
 
 #[derive(Row, Deserialize)]
-struct VersionRow {
+struct AppliedRow {
     version: u32,
+    checksum: String,
 }
 
 #[derive(Row, Deserialize)]
@@ -214,6 +192,14 @@ struct TextRow {
 impl ClickHouseSink {
     /// Connects, creates the database when missing and applies pending migrations.
     pub async fn connect(config: &ClickHouseConfig) -> Result<Self, SinkError> {
+        let sink = Self::open(config).await?;
+        sink.migrate().await?;
+        Ok(sink)
+    }
+
+    /// Connects and creates the database when missing, without migrating it (the caller
+    /// runs [`ClickHouseSink::migrate`], to tell a changed migration from a failure).
+    pub async fn open(config: &ClickHouseConfig) -> Result<Self, SinkError> {
         if config.database.is_empty()
             || !config
                 .database
@@ -255,8 +241,7 @@ impl ClickHouseSink {
             database: config.database.clone(),
             writer: config.writer,
         };
-        sink.migrate().await?;
-        tracing::info!(server_version = %version, validation, database = %config.database, "clickhouse sink ready");
+        tracing::info!(server_version = %version, validation, database = %config.database, "clickhouse sink connected");
         Ok(sink)
     }
 
@@ -265,54 +250,117 @@ impl ClickHouseSink {
         &self.client
     }
 
-    /// Applies every embedded migration not yet recorded, in order. Idempotent:
-    /// the statements themselves are `IF NOT EXISTS`, so two instances starting at
-    /// once are harmless.
-    pub async fn migrate(&self) -> Result<(), SinkError> {
+    /// Applies every migration of `migrations/clickhouse/` not yet recorded, by the one
+    /// runner's rule (the `migrate` crate): this database's tables, `analytics`' included
+    /// (`qoe_views`, `qoe_refresh_state`, migrated here on its behalf). Idempotent: the
+    /// statements are `IF NOT EXISTS` (and each `ADD COLUMN` asks first), so two instances
+    /// starting at once are harmless; a version recorded twice is read once.
+    pub async fn migrate(&self) -> Result<(), MigrationError> {
         self.client
             .query(&format!(
                 "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} \
-                 (version UInt32, name String, applied_at DateTime) \
+                 (version UInt32, name String, applied_at DateTime, checksum String) \
                  ENGINE = MergeTree ORDER BY version"
             ))
             .execute()
             .await
             .map_err(map_err)?;
-        let applied: Vec<u32> = self
+        // A table from before checksums: the column, added once (another instance may have
+        // added it in between, which the second check sees).
+        if !self.has_column(MIGRATIONS_TABLE, "checksum").await? {
+            let added = self
+                .client
+                .query(&format!(
+                    "ALTER TABLE {MIGRATIONS_TABLE} ADD COLUMN checksum String DEFAULT ''"
+                ))
+                .execute()
+                .await;
+            if let Err(e) = added {
+                if !self.has_column(MIGRATIONS_TABLE, "checksum").await? {
+                    return Err(map_err(e).into());
+                }
+            }
+        }
+        // `max`: a row written before checksums has '', one written since has the sum.
+        let applied: Vec<migrate::Applied> = self
             .client
-            .query(&format!("SELECT DISTINCT version FROM {MIGRATIONS_TABLE}"))
-            .fetch_all::<VersionRow>()
+            .query(&format!(
+                "SELECT version, max(checksum) AS checksum FROM {MIGRATIONS_TABLE} GROUP BY version"
+            ))
+            .fetch_all::<AppliedRow>()
             .await
             .map_err(map_err)?
             .into_iter()
-            .map(|r| r.version)
+            .map(|r| migrate::Applied {
+                version: i64::from(r.version),
+                checksum: Some(r.checksum).filter(|c| !c.is_empty()),
+            })
             .collect();
-        for (version, name, sql) in MIGRATIONS {
-            if applied.contains(version) {
-                continue;
-            }
-            for statement in split_statements(&sql.replace("{database}", &self.database)) {
-                if let Some((table, column)) = added_column(&statement) {
+        let plan = migrate::CLICKHOUSE.plan(&applied)?;
+        for m in plan.pending {
+            let name = m.name;
+            for statement in migrate::statements(&m.sql.replace("{database}", &self.database)) {
+                let added = added_column(&statement);
+                if let Some((table, column)) = added {
                     if self.has_column(table, column).await? {
                         continue;
                     }
                 }
-                self.client.query(&statement).execute().await.map_err(|e| {
-                    SinkError::Permanent(format!("clickhouse migration {name} failed: {e}"))
-                })?;
+                if let Err(e) = self.client.query(&statement).execute().await {
+                    // Another instance added the column between the check and this
+                    // statement (18.16 has no `ADD COLUMN IF NOT EXISTS`): done all the same.
+                    if let Some((table, column)) = added {
+                        if self.has_column(table, column).await? {
+                            continue;
+                        }
+                    }
+                    return Err(SinkError::Permanent(format!(
+                        "clickhouse migration {name} failed: {e}"
+                    ))
+                    .into());
+                }
             }
-            self.client
-                .query(&format!(
-                    "INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at) VALUES (?, ?, now())"
-                ))
-                .bind(*version)
-                .bind(*name)
-                .execute()
-                .await
-                .map_err(map_err)?;
-            tracing::info!(migration = name, "applied clickhouse migration");
+            self.record(m).await?;
+            tracing::info!(engine = "clickhouse", migration = name, "applied migration");
+        }
+        for m in plan.unrecorded {
+            self.record(m).await?;
         }
         Ok(())
+    }
+
+    /// A row of `m` with its checksum.
+    async fn record(&self, m: &migrate::Migration) -> Result<(), SinkError> {
+        self.client
+            .query(&format!(
+                "INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at, checksum) \
+                 VALUES (?, ?, now(), ?)"
+            ))
+            .bind(u32::try_from(m.version).unwrap_or(u32::MAX))
+            .bind(m.name)
+            .bind(m.checksum())
+            .execute()
+            .await
+            .map_err(map_err)
+    }
+}
+
+/// Why the migrations did not run: a file changed since it was applied (never retried), or
+/// the store's own failure.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error(transparent)]
+    Changed(#[from] migrate::Changed),
+    #[error(transparent)]
+    Store(#[from] SinkError),
+}
+
+impl From<MigrationError> for SinkError {
+    fn from(e: MigrationError) -> Self {
+        match e {
+            MigrationError::Changed(c) => SinkError::Permanent(c.to_string()),
+            MigrationError::Store(e) => e,
+        }
     }
 }
 
@@ -346,33 +394,6 @@ fn added_column(statement: &str) -> Option<(&str, &str)> {
     let is = |i: usize, word: &str| w.get(i).is_some_and(|x| x.eq_ignore_ascii_case(word));
     (w.len() == 6 && is(0, "ALTER") && is(1, "TABLE") && is(3, "ADD") && is(4, "COLUMN"))
         .then(|| (w[2], w[5]))
-}
-
-/// Splits a migration file into statements on `;` at the end of a line; comment
-/// lines are dropped (the crate would otherwise see `?` in comments as binds).
-fn split_statements(sql: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in sql.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with("--") || trimmed.is_empty() {
-            continue;
-        }
-        current.push_str(line);
-        current.push('\n');
-        if trimmed.ends_with(';') {
-            let stmt = current.trim().trim_end_matches(';').trim().to_owned();
-            if !stmt.is_empty() {
-                out.push(stmt);
-            }
-            current.clear();
-        }
-    }
-    let stmt = current.trim().trim_end_matches(';').trim().to_owned();
-    if !stmt.is_empty() {
-        out.push(stmt);
-    }
-    out
 }
 
 /// ClickHouse server error codes that will fail again unchanged.
@@ -542,19 +563,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splits_statements_and_drops_comments() {
-        let sql = "-- a ? comment\nCREATE TABLE a (x UInt8) ENGINE = Memory;\n\n-- b\nCREATE TABLE b (y UInt8)\nENGINE = Memory\n";
-        assert_eq!(
-            split_statements(sql),
-            vec![
-                "CREATE TABLE a (x UInt8) ENGINE = Memory".to_owned(),
-                "CREATE TABLE b (y UInt8)\nENGINE = Memory".to_owned()
-            ]
-        );
-        assert_eq!(split_statements(MIGRATIONS[0].2).len(), 1);
-        for (_, name, sql) in MIGRATIONS {
-            assert!(!split_statements(sql).is_empty(), "{name}");
-            assert!(!sql.contains('?'), "{name}: `?` would be taken for a bind");
+    fn no_migration_has_a_question_mark_the_client_would_take_for_a_bind() {
+        assert_eq!(migrate::CLICKHOUSE.migrations[0].statements().len(), 1);
+        for m in migrate::CLICKHOUSE.migrations {
+            for statement in m.statements() {
+                assert!(!statement.contains('?'), "{}: {statement}", m.name);
+            }
         }
     }
 

@@ -1,6 +1,5 @@
-//! The storage interface for telemetry writes, its error type, and the read models of
-//! the session read-back (whose queries live in the `analytics` crate, which owns every
-//! read of telemetry). Implementations: [`clickhouse::ClickHouseSink`] and
+//! The storage interface for telemetry writes and its error type (every read of
+//! telemetry, and its read models, are the `analytics` crate's). Implementations: [`clickhouse::ClickHouseSink`] and
 //! [`sqlite::SqliteSink`]; both pass the same conformance suite
 //! (`ingest/tests/conformance.rs`).
 
@@ -9,11 +8,8 @@ pub mod sqlite;
 pub mod supervised;
 
 use async_trait::async_trait;
-use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::row::{EventRow, SinkWrite};
-use crate::time::serialize_ms;
-use crate::wire::EventType;
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseSink};
 pub use self::sqlite::{Durability, SqliteOptions, SqliteSink};
@@ -58,79 +54,6 @@ pub(crate) fn key_order(rows: &[EventRow]) -> Vec<usize> {
         ))
     });
     order
-}
-
-/// Per-type event counts of one session.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TypeCounts(pub [u64; 8]);
-
-impl TypeCounts {
-    /// Count for one type.
-    pub fn get(&self, t: EventType) -> u64 {
-        self.0[t.index()]
-    }
-
-    /// Sum over all types.
-    pub fn total(&self) -> u64 {
-        self.0.iter().sum()
-    }
-}
-
-impl Serialize for TypeCounts {
-    /// `{"playback_start": n, …}` with all eight types, zeros included.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut st = s.serialize_struct("TypeCounts", 8)?;
-        for t in EventType::ALL {
-            st.serialize_field(t.as_str(), &self.get(t))?;
-        }
-        st.end()
-    }
-}
-
-/// Summary of one session, as listed by `GET /api/v1/telemetry/sessions`.
-///
-/// Serializes with the contract's camelCase names and ISO 8601 timestamps.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionSummary {
-    /// `sessionId`.
-    pub session_id: String,
-    /// `contentId` of the session's earliest `playback_start`, if any.
-    pub content_id: Option<String>,
-    /// Earliest event time (epoch ms).
-    #[serde(serialize_with = "serialize_ms")]
-    pub first_event_at: i64,
-    /// Latest event time (epoch ms).
-    #[serde(serialize_with = "serialize_ms")]
-    pub last_event_at: i64,
-    /// Number of distinct (deduplicated) events.
-    pub event_count: u64,
-    /// Deduplicated event counts per type.
-    pub counts: TypeCounts,
-}
-
-/// One stored event as read back: serializes as `{"type", "ts", "payload"}` with
-/// the payload as its JSON object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredEvent {
-    /// Event type.
-    pub event_type: EventType,
-    /// Event time (epoch ms).
-    pub ts_ms: i64,
-    /// Payload as compact JSON text.
-    pub payload: String,
-}
-
-impl Serialize for StoredEvent {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let raw = serde_json::value::RawValue::from_string(self.payload.clone())
-            .map_err(serde::ser::Error::custom)?;
-        let mut st = s.serialize_struct("StoredEvent", 3)?;
-        st.serialize_field("type", self.event_type.as_str())?;
-        st.serialize_field("ts", &crate::time::format_ms(self.ts_ms))?;
-        st.serialize_field("payload", &raw)?;
-        st.end()
-    }
 }
 
 /// Telemetry storage, write side. Used as `Arc<dyn EventSink>`.

@@ -27,20 +27,6 @@ use crate::row::{BatchRecord, EventRow, SinkWrite};
 /// File name of the telemetry database inside the data directory.
 pub const DB_FILE_NAME: &str = "telemetry.db";
 
-/// Numbered migrations of `migrations/telemetry-sqlite/`, embedded at build time.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "0001_telemetry_events",
-        include_str!("../../../migrations/telemetry-sqlite/0001_telemetry_events.sql"),
-    ),
-    (
-        2,
-        "0002_qoe_views",
-        include_str!("../../../migrations/telemetry-sqlite/0002_qoe_views.sql"),
-    ),
-];
-
 /// The one statement of the write path, prepared once per connection.
 const INSERT_SQL: &str = "INSERT OR IGNORE INTO telemetry_events \
      (owner, session_id, ts, type, payload, content_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
@@ -320,30 +306,68 @@ fn open_writer(
     Ok((conn, page_size))
 }
 
-/// Applies every embedded migration not yet recorded, each in its own transaction.
+/// The one runner's rule (the `migrate` crate) for `migrations/telemetry-sqlite/`: this
+/// file's tables, the `analytics` crate's included (`qoe_views`, its tags and
+/// `qoe_refresh_state`, migrated here on its behalf). All in one IMMEDIATE transaction:
+/// another process opening the file at once waits for the writer's lock, then finds
+/// everything applied. A file changed since it was applied fails the open with the
+/// runner's one line.
 fn migrate(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS telemetry_migrations \
-         (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+         (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL, checksum TEXT)",
     )?;
-    for (version, name, sql) in MIGRATIONS {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM telemetry_migrations WHERE version = ?1)",
-            [version],
-            |r| r.get(0),
-        )?;
-        if done {
-            continue;
-        }
-        tx.execute_batch(sql)?;
+    // A table from before checksums (the runner before it) has no such column.
+    let has_checksum: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('telemetry_migrations') \
+         WHERE name = 'checksum')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_checksum {
+        tx.execute_batch("ALTER TABLE telemetry_migrations ADD COLUMN checksum TEXT")?;
+    }
+    let applied = {
+        let mut rows = tx.prepare("SELECT version, checksum FROM telemetry_migrations")?;
+        let applied = rows
+            .query_map([], |r| {
+                Ok(migrate::Applied {
+                    version: r.get(0)?,
+                    checksum: r.get(1)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        applied
+    };
+    // The runner's refusal, carried through rusqlite's error as its own message.
+    let plan = migrate::TELEMETRY_SQLITE.plan(&applied).map_err(|e| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(e.to_string()),
+        )
+    })?;
+    for m in &plan.pending {
+        tx.execute_batch(m.sql)?;
         tx.execute(
-            "INSERT INTO telemetry_migrations (version, name, applied_at) \
-             VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-            rusqlite::params![version, name],
+            "INSERT INTO telemetry_migrations (version, name, applied_at, checksum) \
+             VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?3)",
+            rusqlite::params![m.version, m.name, m.checksum()],
         )?;
-        tx.commit()?;
-        tracing::info!(migration = name, "applied telemetry sqlite migration");
+    }
+    for m in &plan.unrecorded {
+        tx.execute(
+            "UPDATE telemetry_migrations SET checksum = ?1 WHERE version = ?2 AND checksum IS NULL",
+            rusqlite::params![m.checksum(), m.version],
+        )?;
+    }
+    tx.commit()?;
+    for m in plan.pending {
+        tracing::info!(
+            engine = "telemetry-sqlite",
+            migration = m.name,
+            "applied migration"
+        );
     }
     Ok(())
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use analytics::{AnalyticsError, Store};
+use analytics::{AnalyticsError, SessionSummary, Store, StoredEvent};
 use ingest::{
-    ClickHouseConfig, ClickHouseSink, EventRow, EventSink, EventType, Payload, SessionSummary,
-    SinkError, SqliteSink, StoredEvent,
+    ClickHouseConfig, ClickHouseSink, EventRow, EventSink, EventType, Payload, SinkError,
+    SqliteSink,
 };
 use rand::Rng;
 

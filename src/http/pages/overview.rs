@@ -54,14 +54,10 @@ pub async fn qoe_tiles(
     filter_query: &str,
     filters: &Filters,
 ) -> Result<Vec<Tile>, PageError> {
-    let streams = state.streams.ids_by_source().await?;
-    let q = OverviewQuery {
-        range,
-        filters: filters.clone(),
-    };
+    let q = OverviewQuery::new(range, filters.clone());
     let o = state
         .analytics
-        .overview(owner, &q, &streams)
+        .overview(owner, &q, &state.streams)
         .await
         .map_err(PageError::internal)?;
     let m = &o.metrics;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use analytics::query::Format;
-use analytics::{BreakdownQuery, Dimension, Metric, TimeRange};
+use analytics::{BreakdownQuery, Dimension, Filters, Metric, TimeRange};
 use askama::Template;
 use axum::extract::State;
 use axum::response::Response;
@@ -118,19 +118,11 @@ impl Selection {
         )
     }
 
-    /// The pairs an `analytics` query parses: the range, the filters and `extra`.
-    pub fn pairs(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut pairs = vec![
-            ("from".to_owned(), iso_ms(self.range.from_ms)),
-            ("to".to_owned(), iso_ms(self.range.to_ms)),
-        ];
-        pairs.extend(self.filter_pairs.iter().cloned());
-        pairs.extend(
-            extra
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-        );
-        pairs
+    /// The page's `filter`s, parsed as the QoE routes parse them; the message of the first
+    /// bad one otherwise (`filter: …`, as the page lists it).
+    pub fn filters(&self) -> Result<Filters, String> {
+        Filters::parse(self.filter_pairs.iter().map(|(_, f)| f.as_str()))
+            .map_err(|m| format!("filter: {m}"))
     }
 
     pub fn range_choices(&self) -> Vec<Choice> {
@@ -256,17 +248,13 @@ pub async fn page(
     let by_name = by.name();
     let mut errors = Vec::new();
 
-    let parsed = BreakdownQuery::parse(
-        &sel.pairs(&[("metric", metric.as_str()), ("by", &by_name)]),
-        sel.range.to_ms,
-    );
-    let (tiles, breakdown) = match parsed {
+    let (tiles, breakdown) = match sel.filters() {
         Err(e) => {
-            errors.extend(e.errors.into_iter().map(|(k, m)| format!("{k}: {m}")));
+            errors.push(e);
             (None, Vec::new())
         }
-        Ok(bq) => {
-            let streams = state.streams.ids_by_source().await?;
+        Ok(filters) => {
+            let bq = BreakdownQuery::new(sel.range, filters, metric, by);
             let (tiles, body) = tokio::join!(
                 qoe_tiles(
                     &state,
@@ -275,7 +263,9 @@ pub async fn page(
                     &sel.filter_query,
                     &bq.filters
                 ),
-                state.analytics.breakdown(&user.0.user.id, &bq, &streams)
+                state
+                    .analytics
+                    .breakdown(&user.0.user.id, &bq, &state.streams)
             );
             let tiles = match tiles {
                 Ok(t) => Some(t),

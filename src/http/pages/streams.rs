@@ -289,17 +289,15 @@ pub async fn detail(
         from_ms: now - STRIP_HOURS * HOUR_MS,
         to_ms: now,
     };
-    let query = TimelineQuery {
-        range,
-        filters: Filters::default(),
-        granularity: Granularity::Hour,
-    };
-    let streams = state.streams.ids_by_source().await?;
+    let query = TimelineQuery::new(range, Filters::default(), Granularity::Hour);
     let (probes, viewers) = tokio::join!(
         timeline::buckets(&state.db, &stream.id, range, Granularity::Hour),
-        state
-            .analytics
-            .timeline_viewers(&user.0.user.id, &stream.source_url, &query, &streams)
+        state.analytics.timeline_viewers(
+            &user.0.user.id,
+            &stream.source_url,
+            &query,
+            &state.streams
+        )
     );
     let probes = probes?;
     // Viewers come from the telemetry store: when it is down the probes still show.

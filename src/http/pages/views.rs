@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use analytics::query::{messages, Cursor};
 use analytics::response::ViewItem;
 use analytics::{Event, View, ViewsQuery};
 use askama::Template;
@@ -22,7 +23,7 @@ use crate::time::now_ms;
 use crate::validation::has_forbidden_chars;
 
 /// Views per page.
-const PAGE_SIZE: &str = "50";
+const PAGE_SIZE: usize = 50;
 
 /// A view as a row of the list.
 pub struct ViewRow {
@@ -74,21 +75,35 @@ pub async fn list(
     q: QueryPairs,
 ) -> Result<Response, PageError> {
     let sel = Selection::from_query(&q, now_ms());
-    let cursor = q.last("cursor").unwrap_or_default();
-    let mut extra = vec![("limit", PAGE_SIZE)];
-    if !cursor.is_empty() {
-        extra.push(("cursor", cursor));
-    }
+    let raw_cursor = q.last("cursor").unwrap_or_default();
+    let cursor = match raw_cursor {
+        "" => Ok(None),
+        raw => Cursor::decode(raw)
+            .map(Some)
+            .ok_or_else(|| format!("cursor: {}", messages::INVALID_CURSOR)),
+    };
     let mut errors = Vec::new();
     let mut rows = Vec::new();
     let mut next = None;
-    match ViewsQuery::parse(&sel.pairs(&extra), sel.range.to_ms) {
-        Err(e) => errors.extend(e.errors.into_iter().map(|(k, m)| format!("{k}: {m}"))),
+    let parsed = match (cursor, sel.filters()) {
+        (Ok(cursor), Ok(filters)) => Ok(ViewsQuery {
+            limit: PAGE_SIZE,
+            cursor,
+            ..ViewsQuery::new(sel.range, filters)
+        }),
+        // Listed as the route would key them: `cursor` before `filter`.
+        (cursor, filters) => Err(cursor.err().into_iter().chain(filters.err())),
+    };
+    match parsed {
+        Err(e) => errors.extend(e),
         Ok(vq) => {
-            let streams = state.streams.ids_by_source().await?;
             let names: std::collections::HashMap<String, String> =
                 state.streams.names().await?.into_iter().collect();
-            match state.analytics.views(&user.0.user.id, &vq, &streams).await {
+            match state
+                .analytics
+                .views(&user.0.user.id, &vq, &state.streams)
+                .await
+            {
                 Err(e) => {
                     tracing::warn!(error = %e, "views page: store unavailable");
                     errors.push("The telemetry store did not answer; try again shortly.".into());
@@ -147,7 +162,7 @@ pub async fn list(
         errors,
         rows,
         next,
-        first_page: (!cursor.is_empty())
+        first_page: (!raw_cursor.is_empty())
             .then(|| format!("/app/views?range={}{}", sel.range_param, sel.filter_query)),
         csv: format!(
             "/api/v1/qoe/views?{}{}&limit=1000&format=csv",

@@ -6,32 +6,13 @@
 //! deduplicated events and batch records, derives them with [`crate::view::View::derive`]
 //! (one code path for both engines) and upserts them; then it moves the watermark.
 //!
-//! - **SQLite**: the watermark is the last `view_batches.id` derived. The store has a
-//!   single writer and a record commits with its events, so ids grow in commit order and
-//!   the step is exact: every record above the watermark, nothing else.
-//! - **ClickHouse**: records carry the server's `written_at` (seconds). A step reads the
-//!   server's `now()` first, takes the records written since `watermark − margin`, and
-//!   sets the watermark to that `now()`. A record becomes visible within its insert's
-//!   timeout (30 s) of `written_at`, so the margin ([`RefreshConfig::margin`], 60 s)
-//!   covers records that were in flight when the previous step ran. A step reads only the
-//!   records written since the previous one started and the seconds of the margin whose
-//!   record count changed ([`RecentRecords`]), and skips sessions whose count did not
-//!   grow. On a first step (or after a restart), when every session of the window is a
-//!   candidate, views whose record count equals the stored one are skipped (a record is
-//!   inserted after its events, so an unchanged count means no unseen event). Both keep
-//!   the margin cheap. Records reach `view_batches` through a Buffer table; a
-//!   step flushes it first and reads `view_batches` alone (a record, once seen, stays
-//!   visible). A step that finds the server started later than the start it recorded
-//!   (a restart, which may have emptied the Buffer) first writes a bare record for every
-//!   session whose events were written since the window start, so those views are derived
-//!   again from their events.
-//!
-//! - **ClickHouse with live views** (the server): the views the process is ingesting are
-//!   held in memory as folds ([`crate::live`]); a step takes a snapshot of those that
-//!   changed before the Buffer's flush and writes them from memory, reading back only
-//!   the views memory does not hold whole (another writer's record in the window, a
-//!   first check that finds older records, a broken batch order, a failed write) and the
-//!   views of other writers. The window's reads then leave out this process's records.
+//! - **SQLite** (`refresh/sqlite.rs`): the watermark is the last `view_batches.id` derived; the
+//!   step is exact (every record above the watermark, nothing else).
+//! - **ClickHouse** (`refresh/clickhouse/`): the watermark is the server time of the last step's
+//!   start; a step looks again at a margin before it for records still in flight, reads
+//!   only what changed since its own last step, writes the views the process is ingesting
+//!   from memory ([`crate::live`]), and recovers the records a server restart may have
+//!   lost. Its module says how, step by step.
 //!
 //! Crash-safe: the watermark is persisted (`qoe_refresh_state`) only after a step's
 //! upserts, so a restart re-derives whatever the interrupted step had not finished. (A step
@@ -43,6 +24,9 @@
 //! keeps the highest, so the row derived from the most data wins in any order; the
 //! shared watermark only ever moves forward (the highest value wins). A retried batch
 //! adds a record with the same content, which derives the same view.
+
+mod clickhouse;
+mod sqlite;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -170,10 +154,15 @@ impl Refresher {
         }
         match &self.store.engine {
             Engine::ClickHouse(ch) => {
-                ch.refresh_step(&mut self.state, &self.config, self.live.as_deref())
+                clickhouse::ChRefresh::new(ch.client.clone())
+                    .step(&mut self.state, &self.config, self.live.as_deref())
                     .await
             }
-            Engine::Sqlite(sq) => sq.refresh_step(&mut self.state, &self.config).await,
+            Engine::Sqlite(sq) => {
+                sqlite::SqliteRefresh::new(sq.clone())
+                    .step(&mut self.state, &self.config)
+                    .await
+            }
         }
     }
 
@@ -264,4 +253,12 @@ pub async fn run(mut refresher: Refresher, every: Duration, mut stop: watch::Rec
             }
         }
     }
+}
+
+/// Wall-clock time in epoch ms (a view's `derived_at`, a session table's name).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

@@ -1,0 +1,329 @@
+//! The SQLite refresh step. The watermark is the last `view_batches.id` derived. The
+//! store has a single writer and a record commits with its events, so ids grow in commit
+//! order and the step is exact: every session with a record above the watermark is
+//! derived again from all its events (read on the read pool, streamed one session at a
+//! time), nothing else; the views are upserted in short transactions on the sink's single
+//! writer, a stored row derived from more data (a higher `version`) staying.
+
+use std::collections::{BTreeMap, HashMap};
+
+use futures_util::TryStreamExt;
+use ingest::EventType;
+use sqlx::Row;
+
+use super::{now_ms, RefreshConfig, RefreshState, RefreshStats};
+use crate::dims::BatchDims;
+use crate::event::{needs_payload, Event};
+use crate::store::sql::Sql;
+use crate::store::sqlite::{bind_all, map_err, SqliteStore};
+use crate::store::{view_version, AnalyticsError};
+use crate::view::View;
+
+/// The refresh step of the embedded store.
+pub(crate) struct SqliteRefresh {
+    store: SqliteStore,
+}
+
+/// The watermark's row in `qoe_refresh_state`.
+const WATERMARK: &str = "views";
+
+/// The upsert of one view.
+const UPSERT_VIEW: &str = "INSERT OR REPLACE INTO qoe_views (owner, session_id, started_at, \
+    ended_at, started, first_frame_at, startup_ms, failed, failed_at, startup_failure, \
+    exit_before_start, rebuffer_count, rebuffer_ms, paused_ms, watch_time_ms, \
+    bitrate_weighted_sum, bitrate_covered_ms, rendition_switches, upshifts, downshifts, \
+    error_count, fatal_error_code, content_id, src, sdk, player, browser, os, device_type, \
+    batch_rows, event_rows, version, derived_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+    ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, \
+    ?28, ?29, ?30, ?31, ?32, ?33)";
+
+/// Views upserted per write transaction.
+const UPSERT_BATCH: usize = 256;
+
+/// Upserts derived views and their tags; a stored row with a higher version (derived
+/// from more data) stays.
+fn upsert_views(
+    tx: &rusqlite::Transaction<'_>,
+    owner: &str,
+    derived: &[(View, u64, u64)],
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    let mut stored =
+        tx.prepare_cached("SELECT version FROM qoe_views WHERE owner = ?1 AND session_id = ?2")?;
+    let mut upsert = tx.prepare_cached(UPSERT_VIEW)?;
+    let mut clear_tags =
+        tx.prepare_cached("DELETE FROM qoe_view_tags WHERE owner = ?1 AND session_id = ?2")?;
+    let mut add_tag = tx.prepare_cached(
+        "INSERT INTO qoe_view_tags (owner, session_id, name, value) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (v, batch_rows, event_rows) in derived {
+        let version = view_version(*batch_rows, *event_rows) as i64;
+        let current: Option<i64> = stored
+            .query_row(rusqlite::params![owner, v.session_id], |r| r.get(0))
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        if current.is_some_and(|c| c > version) {
+            continue;
+        }
+        let d = &v.dims;
+        upsert.execute(rusqlite::params![
+            owner,
+            v.session_id,
+            v.started_at,
+            v.ended_at,
+            v.started,
+            v.first_frame_at,
+            v.startup_ms,
+            v.failed,
+            v.failed_at,
+            v.startup_failure,
+            v.exit_before_start,
+            v.rebuffer_count,
+            v.rebuffer_ms,
+            v.paused_ms,
+            v.watch_time_ms,
+            v.bitrate_weighted_sum,
+            v.bitrate_covered_ms,
+            v.rendition_switches,
+            v.upshifts,
+            v.downshifts,
+            v.error_count,
+            v.fatal_error_code,
+            d.content_id,
+            d.src,
+            d.sdk,
+            d.player,
+            d.user_agent.browser,
+            d.user_agent.os,
+            d.user_agent.device_type,
+            *batch_rows as i64,
+            *event_rows as i64,
+            version,
+            now_ms,
+        ])?;
+        clear_tags.execute(rusqlite::params![owner, v.session_id])?;
+        for (name, value) in &d.tags {
+            add_tag.execute(rusqlite::params![owner, v.session_id, name, value])?;
+        }
+    }
+    Ok(())
+}
+
+impl SqliteRefresh {
+    pub fn new(store: SqliteStore) -> Self {
+        SqliteRefresh { store }
+    }
+
+    /// One refresh step (see [`crate::refresh`]): every session with a record above the
+    /// watermark id is derived again; then the watermark moves to the highest id read.
+    pub async fn step(
+        &self,
+        state: &mut RefreshState,
+        cfg: &RefreshConfig,
+    ) -> Result<RefreshStats, AnalyticsError> {
+        let pool = self.store.sink.pool();
+        let watermark = match state.watermark {
+            Some(w) => w,
+            None => sqlx::query("SELECT value FROM qoe_refresh_state WHERE name = ?")
+                .bind(WATERMARK)
+                .fetch_optional(pool)
+                .await
+                .map_err(map_err)?
+                .map(|r| r.try_get::<i64, _>(0))
+                .transpose()
+                .map_err(map_err)?
+                .unwrap_or(0),
+        };
+        let top: i64 = sqlx::query("SELECT COALESCE(MAX(id), 0) FROM view_batches")
+            .fetch_one(pool)
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(map_err)?;
+        let mut stats = RefreshStats::default();
+        if top <= watermark {
+            state.watermark = Some(watermark);
+            return Ok(stats);
+        }
+        let keys = sqlx::query(
+            "SELECT DISTINCT owner, session_id FROM view_batches \
+             WHERE id > ? AND id <= ? ORDER BY owner, session_id",
+        )
+        .bind(watermark)
+        .bind(top)
+        .fetch_all(pool)
+        .await
+        .map_err(map_err)?;
+        stats.candidates = keys.len();
+        let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for r in &keys {
+            by_owner
+                .entry(r.try_get(0).map_err(map_err)?)
+                .or_default()
+                .push(r.try_get(1).map_err(map_err)?);
+        }
+        for (owner, sessions) in &by_owner {
+            for chunk in sessions.chunks(cfg.chunk.clamp(1, 10_000)) {
+                self.refresh_chunk(owner, chunk, &mut stats).await?;
+            }
+        }
+        self.store
+            .sink
+            .write_transaction(move |tx| {
+                tx.execute(
+                    "INSERT INTO qoe_refresh_state (name, value) VALUES (?1, ?2) \
+                     ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
+                    rusqlite::params![WATERMARK, top],
+                )
+                .map(|_| ())
+            })
+            .await?;
+        state.watermark = Some(top);
+        Ok(stats)
+    }
+
+    async fn refresh_chunk(
+        &self,
+        owner: &str,
+        sessions: &[String],
+        stats: &mut RefreshStats,
+    ) -> Result<(), AnalyticsError> {
+        let mut sql =
+            Sql::new("SELECT session_id, first_ts, id, dims FROM view_batches WHERE owner = ");
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().map(String::as_str));
+        let mut records: HashMap<String, Vec<BatchDims>> = HashMap::new();
+        for r in self.store.fetch(&sql).await? {
+            let session: String = r.try_get(0).map_err(map_err)?;
+            let first_ts: i64 = r.try_get(1).map_err(map_err)?;
+            let id: i64 = r.try_get(2).map_err(map_err)?;
+            let dims: String = r.try_get(3).map_err(map_err)?;
+            records
+                .entry(session)
+                .or_default()
+                .push(BatchDims::from_stored(first_ts, id as u64, &dims));
+        }
+        // Read after the records: every event of a record read is in it (one commit).
+        // Streamed in session order and derived one session at a time: a chunk's events
+        // can be millions of rows (long sessions), which one `fetch_all` held at once
+        // (2.3 GiB of server RSS under `bench/ingest.sh`, docs/benchmarks.md).
+        let mut sql = Sql::new(
+            "SELECT session_id, ts, type, CASE WHEN type IN ('playback_start', \
+             'quality_change', 'error', 'session_end') THEN payload ELSE '' END \
+             FROM telemetry_events WHERE owner = ",
+        );
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().map(String::as_str))
+            .push(" ORDER BY session_id");
+        let mut derived = Vec::with_capacity(sessions.len());
+        let mut derive = |session: &str, evs: &mut Vec<Event>| {
+            let dims = records.remove(session).unwrap_or_default();
+            if let Some(view) = View::derive(session, evs, &dims) {
+                derived.push((view, dims.len() as u64, evs.len() as u64));
+            }
+        };
+        let mut runs = SessionRuns::new();
+        let mut rows = bind_all(sqlx::query(&sql.text), &sql.args).fetch(self.store.sink.pool());
+        while let Some(r) = rows.try_next().await.map_err(map_err)? {
+            let session: &str = r.try_get(0).map_err(map_err)?;
+            let ts: i64 = r.try_get(1).map_err(map_err)?;
+            let t: &str = r.try_get(2).map_err(map_err)?;
+            let event = match EventType::from_wire(t) {
+                Some(t) if needs_payload(t) => {
+                    Some(Event::parse(ts, t, r.try_get(3).map_err(map_err)?))
+                }
+                Some(t) => Some(Event::new(ts, t)),
+                None => None,
+            };
+            runs.push(session, event, &mut derive);
+        }
+        runs.finish(&mut derive);
+        stats.derived += derived.len();
+        stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
+        if derived.is_empty() {
+            return Ok(());
+        }
+        // In short transactions: ingest shares the store's single writer, and one
+        // transaction for a whole chunk (10,000 views) held its writes for long enough to
+        // put a p99 of 344 ms on ingest at half rate (docs/benchmarks.md).
+        let now = now_ms();
+        while !derived.is_empty() {
+            let part = derived.split_off(derived.len().saturating_sub(UPSERT_BATCH));
+            let owner = owner.to_owned();
+            self.store
+                .sink
+                .write_transaction(move |tx| upsert_views(tx, &owner, &part, now))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The SQLite refresher's streamed event reads: rows arrive in session order, and
+/// each session's run of items goes to `derive` as soon as the next session starts, so only
+/// one session's events are held at a time.
+struct SessionRuns<T> {
+    session: String,
+    items: Vec<T>,
+}
+
+impl<T> SessionRuns<T> {
+    pub fn new() -> Self {
+        SessionRuns {
+            session: String::new(),
+            items: Vec::new(),
+        }
+    }
+
+    /// Adds a row of `session` (`None`: a row that yields no item, e.g. an unknown type).
+    pub fn push(
+        &mut self,
+        session: &str,
+        item: Option<T>,
+        derive: &mut impl FnMut(&str, &mut Vec<T>),
+    ) {
+        if session != self.session {
+            self.flush(derive);
+            session.clone_into(&mut self.session);
+        }
+        self.items.extend(item);
+    }
+
+    /// Hands the last session's run to `derive`.
+    pub fn finish(mut self, derive: &mut impl FnMut(&str, &mut Vec<T>)) {
+        self.flush(derive);
+    }
+
+    fn flush(&mut self, derive: &mut impl FnMut(&str, &mut Vec<T>)) {
+        if !self.items.is_empty() {
+            derive(&self.session, &mut self.items);
+            self.items.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionRuns;
+
+    #[test]
+    fn session_runs_hand_over_each_session_once_with_its_items() {
+        let mut seen: Vec<(String, Vec<u32>)> = Vec::new();
+        let mut derive = |s: &str, items: &mut Vec<u32>| seen.push((s.to_owned(), items.clone()));
+        let mut runs = SessionRuns::new();
+        runs.push("a", Some(1), &mut derive);
+        runs.push("a", Some(2), &mut derive);
+        // A row without an item still ends the previous session's run.
+        runs.push("b", None, &mut derive);
+        runs.push("c", Some(3), &mut derive);
+        runs.finish(&mut derive);
+        assert_eq!(
+            seen,
+            vec![("a".to_owned(), vec![1, 2]), ("c".to_owned(), vec![3])]
+        );
+    }
+}

@@ -36,7 +36,7 @@ pub mod writer;
 
 pub use row::{BatchRecord, EventRow, SinkWrite};
 pub use sink::{
-    ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health, SinkError,
+    ChClient, ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health, SinkError,
     SqliteOptions, SqliteSink, SupervisedSink, SupervisorTiming,
 };
 pub use ua::{UaCache, UaClass};

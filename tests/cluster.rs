@@ -1,0 +1,269 @@
+//! Cluster mode (scale.md §1–§2) on private ClickHouse clusters of
+//! `scripts/clickhouse-cluster` (2 shards × 2 replicas and ZooKeeper, on free ports, gone
+//! when the test process exits): the tables are replicated and distributed as specified; a
+//! fleet split at random between two instances on one PostgreSQL gives the answers of one
+//! server; and the faults of scale.md §2 with the spool off. Never the shared server.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use analytics::fleet::{Fleet, FleetConfig, GenBatch};
+use common::{spawn_quiet, Engine, TestApp};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+use serde_json::Value;
+use streamwatch::config::DatabaseUrl;
+
+/// A cluster of `scripts/clickhouse-cluster` in a directory of its own.
+struct Cluster {
+    dir: PathBuf,
+    /// `CLICKHOUSE_URL` of every node, in node order.
+    urls: Vec<String>,
+    /// `CLICKHOUSE_CLUSTER` (empty for a single server).
+    name: String,
+    nodes: Vec<String>,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/clickhouse-cluster")
+}
+
+impl Cluster {
+    /// Starts a cluster (`shape`: extra options of `up`, e.g. `--single`); it is purged
+    /// when this test process exits, whatever happens.
+    fn up(shape: &[&str]) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("sw-cluster-")
+            .tempdir()
+            .expect("tempdir")
+            .keep();
+        let pid = std::process::id().to_string();
+        let out = Command::new(script())
+            .arg("up")
+            .args(shape)
+            .args(["--base-port", "auto", "--dir"])
+            .arg(&dir)
+            .args(["--exit-with", &pid])
+            .output()
+            .expect("run scripts/clickhouse-cluster");
+        assert!(
+            out.status.success(),
+            "cluster up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        Cluster {
+            dir,
+            urls: env["CLICKHOUSE_URL"].split(',').map(str::to_owned).collect(),
+            name: env["CLICKHOUSE_CLUSTER"].clone(),
+            nodes: env["CH_CLUSTER_NODES"].split(',').map(str::to_owned).collect(),
+        }
+    }
+
+    fn url_list(&self) -> String {
+        self.urls.join(",")
+    }
+
+    fn node_url(&self, node: &str) -> &str {
+        let i = self.nodes.iter().position(|n| n == node).expect("node");
+        &self.urls[i]
+    }
+
+    /// Runs `scripts/clickhouse-cluster <args>` on this cluster.
+    async fn control(&self, args: &[&str]) {
+        let out = tokio::process::Command::new(script())
+            .args(args)
+            .arg("--dir")
+            .arg(&self.dir)
+            .output()
+            .await
+            .expect("run scripts/clickhouse-cluster");
+        assert!(
+            out.status.success(),
+            "clickhouse-cluster {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .args(["down", "--purge", "--dir"])
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// The 2 × 2 cluster the tests that do not stop its processes share.
+fn shared() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| Cluster::up(&[]))
+}
+
+/// One query's text answer (TSV) from the node at `url`.
+async fn sql(url: &str, query: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(url)
+        .body(query.to_owned())
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .expect("clickhouse answers");
+    let status = r.status();
+    let text = r.text().await.expect("body");
+    assert!(status.is_success(), "{query}: {text}");
+    text
+}
+
+/// An instance on `cluster` (database `db`, relational store `pg`) whose refresher steps
+/// every second.
+async fn instance(cluster: &Cluster, urls: &str, db: &str, pg: &str) -> TestApp {
+    let (urls, name, db, pg) = (urls.to_owned(), cluster.name.clone(), db.to_owned(), pg.to_owned());
+    spawn_quiet(Engine::Sqlite, move |c| {
+        c.clickhouse_url = Some(urls);
+        c.clickhouse_cluster = name;
+        c.clickhouse_database = db;
+        c.database_url = Some(DatabaseUrl::Postgres(pg));
+        c.qoe_refresh = Duration::from_secs(1);
+    })
+    .await
+}
+
+async fn post_batch(app: &TestApp, key: &str, b: &GenBatch) -> StatusCode {
+    let mut r = app
+        .http
+        .post(app.url("/api/v1/telemetry"))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .timeout(Duration::from_secs(30));
+    if let Some(ua) = &b.user_agent {
+        r = r.header("user-agent", ua);
+    }
+    r.body(b.wire_json(key))
+        .send()
+        .await
+        .map(|r| r.status())
+        .unwrap_or(StatusCode::BAD_GATEWAY)
+}
+
+/// Waits until `check` holds, polling every 200 ms; panics naming `what` after `limit`.
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn cluster_tables_are_replicated_and_distributed_as_specified() {
+    let cluster = shared();
+    let db = common::test_db_name();
+    let pg = common::fresh_pg_database().await;
+    let app = instance(cluster, &cluster.url_list(), &db, &pg).await;
+    let tables = format!(
+        "SELECT name, engine FROM system.tables WHERE database = '{db}' ORDER BY name FORMAT TSV"
+    );
+    let expected = "qoe_refresh_state\tReplicatedReplacingMergeTree\n\
+                    qoe_views\tDistributed\n\
+                    qoe_views_local\tReplicatedReplacingMergeTree\n\
+                    schema_migrations\tReplicatedMergeTree\n\
+                    telemetry_events\tDistributed\n\
+                    telemetry_events_local\tReplicatedReplacingMergeTree\n\
+                    view_batches\tDistributed\n\
+                    view_batches_local\tReplicatedMergeTree\n";
+    for url in &cluster.urls {
+        assert_eq!(sql(url, &tables).await, expected, "tables on {url}");
+    }
+    // Sharded by (owner, session_id) over the local tables.
+    let engine = sql(
+        &cluster.urls[0],
+        &format!("SELECT engine_full FROM system.tables WHERE database = '{db}' AND name = 'telemetry_events' FORMAT TSV"),
+    )
+    .await;
+    assert!(
+        engine.contains("telemetry_events_local") && engine.contains("cityHash64(owner, session_id)"),
+        "{engine}"
+    );
+    // Each node replicates its shard's tables under the specified paths, and the
+    // unsharded state on every node.
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let shard = &node[1..node.find('r').expect("s<n>r<m>")];
+        let replicas = sql(
+            &cluster.urls[i],
+            &format!("SELECT table, zookeeper_path, replica_name FROM system.replicas WHERE database = '{db}' ORDER BY table FORMAT TSV"),
+        )
+        .await;
+        let want: String = [
+            ("qoe_refresh_state", "all".to_owned()),
+            ("qoe_views_local", shard.to_owned()),
+            ("schema_migrations", "all".to_owned()),
+            ("telemetry_events_local", shard.to_owned()),
+            ("view_batches_local", shard.to_owned()),
+        ]
+        .iter()
+        .map(|(t, s)| {
+            let base = t.trim_end_matches("_local");
+            format!("{t}\t/clickhouse/tables/{s}/{db}/{base}\t{node}\n")
+        })
+        .collect();
+        assert_eq!(replicas, want, "replicas on {node}");
+    }
+
+    // A fleet's rows: every view on one shard, both replicas of a shard holding the same.
+    let cookie = app.user("ops@example.com").await;
+    let key = app.api_key(&cookie).await;
+    let fleet = Fleet::generate(&FleetConfig::realistic(30, 40));
+    for b in &fleet.batches {
+        assert_eq!(post_batch(&app, &key, b).await, StatusCode::NO_CONTENT);
+    }
+    let sessions: BTreeSet<&str> = fleet.batches.iter().map(|b| b.session_id.as_str()).collect();
+    let per_node = |url: String| {
+        let db = db.clone();
+        async move {
+            sql(&url, &format!("SELECT session_id, count() FROM {db}.telemetry_events_local FINAL GROUP BY session_id ORDER BY session_id FORMAT TSV")).await
+        }
+    };
+    // Replicas catch up by themselves: wait until each pair agrees.
+    for s in 0..2 {
+        let (a, b) = (cluster.urls[2 * s].clone(), cluster.urls[2 * s + 1].clone());
+        wait_until("replicas of a shard agree", Duration::from_secs(60), || {
+            let (a, b) = (a.clone(), b.clone());
+            async move { per_node(a).await == per_node(b).await }
+        })
+        .await;
+    }
+    let shard1 = per_node(cluster.urls[0].clone()).await;
+    let shard2 = per_node(cluster.urls[2].clone()).await;
+    let on = |t: &str| -> BTreeSet<String> {
+        t.lines().map(|l| l.split('\t').next().unwrap_or("").to_owned()).collect()
+    };
+    let (on1, on2) = (on(&shard1), on(&shard2));
+    assert!(!on1.is_empty() && !on2.is_empty(), "both shards hold views");
+    assert!(on1.is_disjoint(&on2), "a view lives on one shard");
+    let all: BTreeSet<String> = on1.union(&on2).cloned().collect();
+    assert_eq!(all, sessions.iter().map(|s| s.to_string()).collect());
+    // No Buffer table on a cluster: records are in view_batches at once.
+    let recorded = sql(
+        &cluster.urls[3],
+        &format!("SELECT uniqExact(session_id) FROM {db}.view_batches FORMAT TSV"),
+    )
+    .await;
+    assert_eq!(recorded.trim(), sessions.len().to_string());
+    app.shutdown().await;
+}

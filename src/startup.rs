@@ -463,7 +463,9 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
             if ch.cluster.is_some() {
                 // ON CLUSTER DDL waits for every node (up to the servers'
                 // distributed_ddl_task_timeout, 180 s): a migration in progress is not cut.
-                timing.connect_timeout = timing.connect_timeout.max(std::time::Duration::from_secs(200));
+                timing.connect_timeout = timing
+                    .connect_timeout
+                    .max(std::time::Duration::from_secs(200));
             }
             ch.user = Some(config.clickhouse_user.clone());
             ch.password = Some(config.clickhouse_password.clone()).filter(|p| !p.is_empty());

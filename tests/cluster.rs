@@ -64,9 +64,15 @@ impl Cluster {
             .collect();
         Cluster {
             dir,
-            urls: env["CLICKHOUSE_URL"].split(',').map(str::to_owned).collect(),
+            urls: env["CLICKHOUSE_URL"]
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
             name: env["CLICKHOUSE_CLUSTER"].clone(),
-            nodes: env["CH_CLUSTER_NODES"].split(',').map(str::to_owned).collect(),
+            nodes: env["CH_CLUSTER_NODES"]
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
         }
     }
 
@@ -74,6 +80,7 @@ impl Cluster {
         self.urls.join(",")
     }
 
+    #[allow(dead_code)]
     fn node_url(&self, node: &str) -> &str {
         let i = self.nodes.iter().position(|n| n == node).expect("node");
         &self.urls[i]
@@ -126,15 +133,16 @@ async fn sql(url: &str, query: &str) -> String {
     text
 }
 
-/// An instance on `cluster` (database `db`, relational store `pg`) whose refresher steps
-/// every second.
-async fn instance(cluster: &Cluster, urls: &str, db: &str, pg: &str) -> TestApp {
-    let (urls, name, db, pg) = (urls.to_owned(), cluster.name.clone(), db.to_owned(), pg.to_owned());
+/// An instance on `cluster` through `urls` (database `db`, relational store `pg`, else the
+/// embedded one) whose refresher steps every second.
+async fn instance(cluster: &Cluster, urls: &str, db: &str, pg: Option<&str>) -> TestApp {
+    let (urls, name, db) = (urls.to_owned(), cluster.name.clone(), db.to_owned());
+    let pg = pg.map(str::to_owned);
     spawn_quiet(Engine::Sqlite, move |c| {
         c.clickhouse_url = Some(urls);
         c.clickhouse_cluster = name;
         c.clickhouse_database = db;
-        c.database_url = Some(DatabaseUrl::Postgres(pg));
+        c.database_url = pg.map(DatabaseUrl::Postgres);
         c.qoe_refresh = Duration::from_secs(1);
     })
     .await
@@ -175,7 +183,7 @@ async fn cluster_tables_are_replicated_and_distributed_as_specified() {
     let cluster = shared();
     let db = common::test_db_name();
     let pg = common::fresh_pg_database().await;
-    let app = instance(cluster, &cluster.url_list(), &db, &pg).await;
+    let app = instance(cluster, &cluster.url_list(), &db, Some(&pg)).await;
     let tables = format!(
         "SELECT name, engine FROM system.tables WHERE database = '{db}' ORDER BY name FORMAT TSV"
     );
@@ -197,7 +205,8 @@ async fn cluster_tables_are_replicated_and_distributed_as_specified() {
     )
     .await;
     assert!(
-        engine.contains("telemetry_events_local") && engine.contains("cityHash64(owner, session_id)"),
+        engine.contains("telemetry_events_local")
+            && engine.contains("cityHash64(owner, session_id)"),
         "{engine}"
     );
     // Each node replicates its shard's tables under the specified paths, and the
@@ -232,7 +241,11 @@ async fn cluster_tables_are_replicated_and_distributed_as_specified() {
     for b in &fleet.batches {
         assert_eq!(post_batch(&app, &key, b).await, StatusCode::NO_CONTENT);
     }
-    let sessions: BTreeSet<&str> = fleet.batches.iter().map(|b| b.session_id.as_str()).collect();
+    let sessions: BTreeSet<&str> = fleet
+        .batches
+        .iter()
+        .map(|b| b.session_id.as_str())
+        .collect();
     let per_node = |url: String| {
         let db = db.clone();
         async move {
@@ -251,7 +264,9 @@ async fn cluster_tables_are_replicated_and_distributed_as_specified() {
     let shard1 = per_node(cluster.urls[0].clone()).await;
     let shard2 = per_node(cluster.urls[2].clone()).await;
     let on = |t: &str| -> BTreeSet<String> {
-        t.lines().map(|l| l.split('\t').next().unwrap_or("").to_owned()).collect()
+        t.lines()
+            .map(|l| l.split('\t').next().unwrap_or("").to_owned())
+            .collect()
     };
     let (on1, on2) = (on(&shard1), on(&shard2));
     assert!(!on1.is_empty() && !on2.is_empty(), "both shards hold views");
@@ -266,4 +281,115 @@ async fn cluster_tables_are_replicated_and_distributed_as_specified() {
     .await;
     assert_eq!(recorded.trim(), sessions.len().to_string());
     app.shutdown().await;
+}
+
+/// Every answer the test compares, by path (QoE routes over the fleet's day, and each
+/// session's events).
+async fn answers(
+    app: &TestApp,
+    cookie: &str,
+    sessions: &BTreeSet<String>,
+) -> BTreeMap<String, (StatusCode, Value)> {
+    const R: &str = "from=2024-04-30T00:00:00.000Z&to=2024-05-02T00:00:00.000Z";
+    let mut paths: Vec<String> = [
+        "/api/v1/qoe/overview",
+        "/api/v1/qoe/timeseries?metric=views&granularity=hour",
+        "/api/v1/qoe/timeseries?metric=rebufferPct&granularity=hour",
+        "/api/v1/qoe/timeseries?metric=startupTimeMs&measurement=p95&granularity=hour",
+        "/api/v1/qoe/breakdown?metric=playbackFailurePct&by=browser",
+        "/api/v1/qoe/breakdown?metric=startupTimeMs&measurement=p95&by=contentId",
+        "/api/v1/qoe/breakdown?metric=views&by=streamId&orderBy=views",
+        "/api/v1/qoe/views?limit=1000",
+    ]
+    .iter()
+    .map(|p| format!("{p}{}{R}", if p.contains('?') { "&" } else { "?" }))
+    .collect();
+    paths.extend(
+        sessions
+            .iter()
+            .map(|s| format!("/api/v1/telemetry/sessions/{s}/events")),
+    );
+    let mut out = BTreeMap::new();
+    for p in paths {
+        let got = common::parts(app.get(&p, Some(cookie)).await).await;
+        out.insert(p, got);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_fleet_split_between_two_instances_answers_as_one_server() {
+    let cluster = shared();
+    let single = Cluster::up(&["--single"]);
+    let db = common::test_db_name();
+    let pg = common::fresh_pg_database().await;
+    // Two instances on one PostgreSQL, each listing the nodes in another order.
+    let a = instance(cluster, &cluster.url_list(), &db, Some(&pg)).await;
+    let reversed: Vec<String> = cluster.urls.iter().rev().cloned().collect();
+    let b = instance(cluster, &reversed.join(","), &db, Some(&pg)).await;
+    let one = instance(&single, &single.url_list(), &common::test_db_name(), None).await;
+
+    let cookie = a.user("ops@example.com").await;
+    let key = a.api_key(&cookie).await;
+    let one_cookie = one.user("ops@example.com").await;
+    let one_key = one.api_key(&one_cookie).await;
+
+    // Re-sent, overlapping and reordered batches; each sent to one instance at random,
+    // a quarter of them again through the other (a retry after a lost answer).
+    let fleet = Fleet::generate(&FleetConfig::adversarial(11, 60));
+    let mut rng = StdRng::seed_from_u64(5);
+    for batch in &fleet.batches {
+        assert_eq!(
+            post_batch(&one, &one_key, batch).await,
+            StatusCode::NO_CONTENT
+        );
+        let (first, other) = if rng.gen_bool(0.5) {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        assert_eq!(post_batch(first, &key, batch).await, StatusCode::NO_CONTENT);
+        if rng.gen_bool(0.25) {
+            assert_eq!(post_batch(other, &key, batch).await, StatusCode::NO_CONTENT);
+        }
+    }
+    let sessions: BTreeSet<String> = fleet.batches.iter().map(|b| b.session_id.clone()).collect();
+    let views = fleet.views().len() as u64;
+
+    // The one server's refresher has every view...
+    let overview = "/api/v1/qoe/overview?from=2024-04-30T00:00:00.000Z&to=2024-05-02T00:00:00.000Z";
+    wait_until(
+        "the one server derived every view",
+        Duration::from_secs(60),
+        || async {
+            let (_, body) = common::parts(one.get(overview, Some(&one_cookie)).await).await;
+            body["views"].as_u64() == Some(views)
+        },
+    )
+    .await;
+    let want = answers(&one, &one_cookie, &sessions).await;
+    assert!(want.values().all(|(s, _)| *s == StatusCode::OK), "{want:?}");
+    // ...and both instances answer the same, whichever ingested what (within the
+    // refresh interval and a few seconds).
+    for app in [&a, &b] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = answers(app, &cookie, &sessions).await;
+            if got == want {
+                break;
+            }
+            if Instant::now() > deadline {
+                let differ: Vec<_> = got
+                    .iter()
+                    .filter(|(p, v)| want.get(*p) != Some(v))
+                    .map(|(p, v)| format!("{p}:\n  cluster {v:?}\n  one     {:?}", want.get(p)))
+                    .collect();
+                panic!("answers differ after 60 s:\n{}", differ.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    for app in [a, b, one] {
+        app.shutdown().await;
+    }
 }

@@ -60,7 +60,9 @@ pub fn moves_on(e: &Error) -> bool {
     match e {
         Error::Network(_) | Error::TimedOut => true,
         // No code: not ClickHouse's own answer (a proxy's, a cut response).
-        Error::BadResponse(text) => super::server_code(text).is_none_or(|c| CANNOT_SERVE.contains(&c)),
+        Error::BadResponse(text) => {
+            super::server_code(text).is_none_or(|c| CANNOT_SERVE.contains(&c))
+        }
         _ => false,
     }
 }
@@ -329,7 +331,10 @@ impl ChClient {
 
 /// `request`, abandoned with [`Error::TimedOut`] when it runs longer than [`STALL_CHECK`]
 /// and a ping of its endpoint is then not answered within [`PING_TIMEOUT`].
-async fn watched<T>(client: &Client, request: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+async fn watched<T>(
+    client: &Client,
+    request: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
     let stalled = async {
         loop {
             tokio::time::sleep(STALL_CHECK).await;
@@ -391,7 +396,9 @@ impl ChQuery {
         T: RowOwned + RowRead,
     {
         let sql = self.text();
-        self.client.run(|c| self.on(&sql, &c).fetch_all::<T>()).await
+        self.client
+            .run(|c| self.on(&sql, &c).fetch_all::<T>())
+            .await
     }
 
     pub async fn fetch_one<T>(self) -> Result<T, Error>
@@ -399,7 +406,9 @@ impl ChQuery {
         T: RowOwned + RowRead,
     {
         let sql = self.text();
-        self.client.run(|c| self.on(&sql, &c).fetch_one::<T>()).await
+        self.client
+            .run(|c| self.on(&sql, &c).fetch_one::<T>())
+            .await
     }
 
     pub async fn fetch_optional<T>(self) -> Result<Option<T>, Error>
@@ -420,7 +429,12 @@ mod tests {
     fn client(n: usize) -> ChClient {
         ChClient::new(
             (0..n)
-                .map(|i| (format!("e{i}"), Client::default().with_url(format!("http://127.0.0.1:{}", 1 + i))))
+                .map(|i| {
+                    (
+                        format!("e{i}"),
+                        Client::default().with_url(format!("http://127.0.0.1:{}", 1 + i)),
+                    )
+                })
                 .collect(),
         )
     }
@@ -433,7 +447,11 @@ mod tests {
         c.advance_from(0);
         assert_eq!(c.order(), vec![1, 2, 0]);
         c.inner.endpoints[2].failed(&Error::TimedOut);
-        assert_eq!(c.order(), vec![1, 0, 2], "soonest retry first among the failing");
+        assert_eq!(
+            c.order(),
+            vec![1, 0, 2],
+            "soonest retry first among the failing"
+        );
         c.inner.endpoints[2].served();
         assert_eq!(c.order(), vec![1, 2, 0], "served: no longer backing off");
     }
@@ -457,7 +475,9 @@ mod tests {
 
     #[test]
     fn node_failures_move_on_and_request_errors_do_not() {
-        let answer = |code: u32| Error::BadResponse(format!("Code: {code}, e.displayText() = DB::Exception: x"));
+        let answer = |code: u32| {
+            Error::BadResponse(format!("Code: {code}, e.displayText() = DB::Exception: x"))
+        };
         assert!(moves_on(&Error::TimedOut));
         assert!(moves_on(&answer(242)), "read-only replica");
         assert!(moves_on(&answer(279)), "shard out of reach");
@@ -485,7 +505,10 @@ mod tests {
 
     #[test]
     fn bound_text_is_what_each_endpoint_sends() {
-        let q = client(2).query("SELECT ? AS a, ? AS b").bind("x'y").bind(5u32);
+        let q = client(2)
+            .query("SELECT ? AS a, ? AS b")
+            .bind("x'y")
+            .bind(5u32);
         assert_eq!(q.text(), "SELECT 'x\\'y' AS a, 5 AS b");
     }
 }

@@ -75,11 +75,7 @@ impl ClickHouseSink {
                 db = self.database
             ),
         };
-        self.client
-            .query(&table)
-            .execute()
-            .await
-            .map_err(map_err)?;
+        self.client.query(&table).execute().await.map_err(map_err)?;
         // A table from before checksums: the column, added once (another instance may have
         // added it in between, which the second check sees).
         if !self.has_column(MIGRATIONS_TABLE, "checksum").await? {
@@ -134,12 +130,12 @@ impl ClickHouseSink {
                     // down, ZooKeeper lost) is worth another try; anything else is the
                     // file's.
                     return Err(match e {
-                        SinkError::Retryable(e) => SinkError::Retryable(format!(
-                            "clickhouse migration {name} failed: {e}"
-                        )),
-                        SinkError::Permanent(e) => SinkError::Permanent(format!(
-                            "clickhouse migration {name} failed: {e}"
-                        )),
+                        SinkError::Retryable(e) => {
+                            SinkError::Retryable(format!("clickhouse migration {name} failed: {e}"))
+                        }
+                        SinkError::Permanent(e) => {
+                            SinkError::Permanent(format!("clickhouse migration {name} failed: {e}"))
+                        }
                     }
                     .into());
                 }

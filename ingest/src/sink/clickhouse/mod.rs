@@ -233,7 +233,8 @@ impl ClickHouseSink {
     /// Connects and creates the database when missing, without migrating it (the caller
     /// runs [`ClickHouseSink::migrate`], to tell a changed migration from a failure).
     pub async fn open(config: &ClickHouseConfig) -> Result<Self, SinkError> {
-        let name_ok = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let name_ok =
+            |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !name_ok(&config.database) {
             return Err(SinkError::Permanent(format!(
                 "invalid ClickHouse database name {:?} (use [A-Za-z0-9_])",
@@ -272,7 +273,10 @@ impl ClickHouseSink {
         .execute()
         .await
         .map_err(map_err)?;
-        let client = base.map(|c| c.with_validation(validation).with_database(&config.database));
+        let client = base.map(|c| {
+            c.with_validation(validation)
+                .with_database(&config.database)
+        });
         let sink = Self {
             client,
             cluster: config.cluster.clone(),
@@ -510,7 +514,11 @@ mod tests {
     #[test]
     fn no_migration_has_a_question_mark_the_client_would_take_for_a_bind() {
         assert_eq!(migrate::CLICKHOUSE.migrations[0].statements().len(), 1);
-        for m in migrate::CLICKHOUSE.migrations.iter().chain(migrate::CLICKHOUSE_CLUSTER.migrations) {
+        for m in migrate::CLICKHOUSE
+            .migrations
+            .iter()
+            .chain(migrate::CLICKHOUSE_CLUSTER.migrations)
+        {
             for statement in m.statements() {
                 assert!(!statement.contains('?'), "{}: {statement}", m.name);
             }

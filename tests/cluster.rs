@@ -87,6 +87,7 @@ impl Cluster {
     }
 
     /// Runs `scripts/clickhouse-cluster <args>` on this cluster.
+    #[allow(dead_code)]
     async fn control(&self, args: &[&str]) {
         let out = tokio::process::Command::new(script())
             .args(args)
@@ -144,6 +145,8 @@ async fn instance(cluster: &Cluster, urls: &str, db: &str, pg: Option<&str>) -> 
         c.clickhouse_database = db;
         c.database_url = pg.map(DatabaseUrl::Postgres);
         c.qoe_refresh = Duration::from_secs(1);
+        // Instances behind one balancer share the cookie secret.
+        c.secret = Some("cluster-test-secret-of-forty-characters!".to_owned());
     })
     .await
 }
@@ -367,13 +370,14 @@ async fn a_fleet_split_between_two_instances_answers_as_one_server() {
         },
     )
     .await;
-    let want = answers(&one, &one_cookie, &sessions).await;
-    assert!(want.values().all(|(s, _)| *s == StatusCode::OK), "{want:?}");
-    // ...and both instances answer the same, whichever ingested what (within the
-    // refresh interval and a few seconds).
+    // ...and both instances answer as it does, whichever ingested what (within the
+    // refresh interval and a few seconds; the one server's last views may still be
+    // settling too, so both sides are read again each round).
     for app in [&a, &b] {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
+            let want = answers(&one, &one_cookie, &sessions).await;
+            assert!(want.values().all(|(s, _)| *s == StatusCode::OK), "{want:?}");
             let got = answers(app, &cookie, &sessions).await;
             if got == want {
                 break;

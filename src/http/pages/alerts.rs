@@ -12,8 +12,7 @@ use axum::response::Response;
 use axum::Extension;
 
 use super::fmt::{self, When};
-use super::streams::Choice;
-use super::{render, Frame, PageError, Section};
+use super::{render, Choice, Frame, PageError, Section};
 use crate::alerts::incidents::IncidentFilter;
 use crate::alerts::outbox::DeliveryFilter;
 use crate::alerts::{duration, AlertError, Channel, Rule};

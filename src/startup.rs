@@ -76,6 +76,11 @@ impl Server {
         })?;
         // Before anything writes into the dir (decisions.md §15).
         let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
+        // Next, so a spool directory in use stops start-up before anything else happens.
+        let spooling = match config.spool_on() {
+            true => Some(open_spool(&config).await?),
+            false => None,
+        };
         prepare_databases(&config)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
@@ -84,10 +89,6 @@ impl Server {
         let guard = Guard::with_system_resolver(config.allow_private.0.clone())
             .context("cannot set up the DNS resolver")?;
         let (sink, connect, analytics, live, refused) = open_sink(&config).await?;
-        let spooling = match config.spool_on() {
-            true => Some(open_spool(&config).await?),
-            false => None,
-        };
         // The databases are open: their WAL and shared-memory files exist now.
         crate::data_dir::tighten(&config.data_dir).with_context(|| {
             format!(

@@ -198,13 +198,11 @@ fn batch(key: &str, session: &str, n: i64) -> Value {
 }
 const EVENTS_PER_BATCH: u64 = 5;
 
+/// A request's status (`None`: no answer at all) and how long it took.
+type Answer = (Option<StatusCode>, Duration);
+
 /// Posts one batch; its status and how long the answer took (`None`: no answer at all).
-async fn post(
-    http: &reqwest::Client,
-    base: &str,
-    key: &str,
-    body: &Value,
-) -> (Option<StatusCode>, Duration) {
+async fn post(http: &reqwest::Client, base: &str, key: &str, body: &Value) -> Answer {
     let started = Instant::now();
     let r = http
         .post(format!("{base}/api/v1/telemetry"))
@@ -272,7 +270,7 @@ fn steady_load(
     workers: usize,
     pause: Duration,
     stop: Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<Vec<(Option<StatusCode>, Duration)>>> {
+) -> Vec<tokio::task::JoinHandle<Vec<Answer>>> {
     (0..workers)
         .map(|w| {
             let (base, key, stop) = (base.clone(), key.clone(), Arc::clone(&stop));

@@ -2120,7 +2120,7 @@ async fn rules_are_evaluated_after_the_probe_commits_one_transaction_each() {
 /// other way round; the list filters (null or set) go both ways too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nullable_binds_work_in_either_order_on_one_postgres_connection() {
-    use streamwatch::alerts::evaluate::IncidentFilter;
+    use streamwatch::alerts::incidents::IncidentFilter;
     use streamwatch::alerts::outbox::DeliveryFilter;
     use streamwatch::alerts::rules::RuleInput;
     use streamwatch::states::{CompareOp, IncidentState, RuleKind};

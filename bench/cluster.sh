@@ -10,7 +10,8 @@
 #
 # Usage: bench/cluster.sh [duration-seconds (30)] [rounds (2)]
 # Env:   CONNECTIONS (1024), QOE (target/release/qoe), SERVER (target/release/streamwatch),
-#        SKIP_BUILD=1 to reuse existing binaries.
+#        SPOOL (off: 204 = in ClickHouse, so both sides' CPU is counted for what they
+#        stored; on: acknowledged from the spool), SKIP_BUILD=1 to reuse existing binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -42,7 +43,7 @@ run() {
     cluster="$(sed -n 's/^CLICKHOUSE_CLUSTER=//p' "$WORK/$side.env")"
     SERVER_DIR="$(mktemp -d /tmp/bench-server.XXXXXX)"
     env -u DATABASE_URL CLICKHOUSE_URL="$url" CLICKHOUSE_CLUSTER="$cluster" CLICKHOUSE_DATABASE="$db" \
-        STREAMWATCH_QOE_REFRESH=10s STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
+        STREAMWATCH_SPOOL="${SPOOL:-off}" STREAMWATCH_QOE_REFRESH=10s STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
         STREAMWATCH_DATA_DIR="$SERVER_DIR/data" STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn \
         "$SERVER" serve >"$SERVER_DIR/server.log" 2>&1 &
     SERVER_PID=$!

@@ -145,6 +145,9 @@ async fn instance(cluster: &Cluster, urls: &str, db: &str, pg: Option<&str>) -> 
         c.clickhouse_database = db;
         c.database_url = pg.map(DatabaseUrl::Postgres);
         c.qoe_refresh = Duration::from_secs(1);
+        // The spool off (scale.md §2's right-hand column): 204 means stored in the
+        // cluster, which these tests then read.
+        c.spool = Some(streamwatch::config::SpoolSetting::Off);
         // Instances behind one balancer share the cookie secret.
         c.secret = Some("cluster-test-secret-of-forty-characters!".to_owned());
     })

@@ -294,11 +294,11 @@ macro_rules! on_both_engines {
             mod $case {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    super::$case(super::common::spawn_app(super::common::Engine::Sqlite).await).await
+                    super::$case($crate::common::spawn_app($crate::common::Engine::Sqlite).await).await
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    super::$case(super::common::spawn_app(super::common::Engine::Postgres).await).await
+                    super::$case($crate::common::spawn_app($crate::common::Engine::Postgres).await).await
                 }
             }
         )*

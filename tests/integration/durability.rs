@@ -2,7 +2,7 @@
 //! with SIGKILL mid-way, restarted on the same stores, and every batch that got a 204 must be
 //! there in full — with the embedded SQLite sink and with ClickHouse.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

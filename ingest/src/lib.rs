@@ -12,7 +12,9 @@
 //! - [`record_dims`]: a record's stored `dims`, `""` where an earlier record says the same;
 //! - [`sink`]: the write-only [`EventSink`] trait, ClickHouse and SQLite
 //!   implementations, the supervised breaker;
-//! - [`writer`]: [`BatchWriter`], group commit in front of a sink.
+//! - [`writer`]: [`BatchWriter`], group commit in front of a sink;
+//! - [`spool`]: the durable local spool in front of ClickHouse (fsync'd appends, an
+//!   in-order drainer; not yet on the request path).
 //!
 //! Request path: `parse_batch(&mut body)` → check `batch.api_key` against the
 //! bearer → `batch.into_write(owner, ua_cache.classify(user_agent))` →

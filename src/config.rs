@@ -96,6 +96,21 @@ pub struct Config {
     )]
     pub clickhouse_password: String,
 
+    /// `on`: a telemetry batch is acknowledged once it is fsync'd to a local spool, which a
+    /// background drainer empties into ClickHouse (scale.md §3); `off`: once ClickHouse
+    /// stored it. Default `on` with `CLICKHOUSE_URL`; the embedded store ignores it.
+    #[arg(long, env = "STREAMWATCH_SPOOL", value_parser = parse_spool)]
+    pub spool: Option<SpoolSetting>,
+
+    /// The spool's directory (one process per directory); default `<data-dir>/spool`.
+    #[arg(long, env = "STREAMWATCH_SPOOL_DIR")]
+    pub spool_dir: Option<PathBuf>,
+
+    /// Bytes the spool may hold on disk (`KiB`, `MiB`, `GiB` suffixes); past it telemetry is
+    /// answered 500 until the drainer makes room.
+    #[arg(long, env = "STREAMWATCH_SPOOL_MAX", default_value = "4GiB", value_parser = parse_size)]
+    pub spool_max: u64,
+
     /// Secret that signs session cookies; generated once into the data dir when unset.
     #[arg(long, env = "STREAMWATCH_SECRET", hide_env_values = true, value_parser = parse_secret)]
     pub secret: Option<String>,
@@ -185,6 +200,9 @@ impl fmt::Debug for Config {
             .field("clickhouse_database", &self.clickhouse_database)
             .field("clickhouse_user", &self.clickhouse_user)
             .field("clickhouse_password", &"<redacted>")
+            .field("spool", &self.spool)
+            .field("spool_dir", &self.spool_dir)
+            .field("spool_max", &self.spool_max)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .field("allow_private", &self.allow_private)
             .field("alerts_allow_private", &self.alerts_allow_private)
@@ -214,6 +232,20 @@ impl Config {
         let mut c = parse_args(["serve"]).expect("the defaults parse");
         c.data_dir = data_dir.into();
         c
+    }
+
+    /// Whether telemetry goes through the spool: ClickHouse is configured and
+    /// `STREAMWATCH_SPOOL` is not `off`.
+    pub fn spool_on(&self) -> bool {
+        self.clickhouse_url.is_some() && self.spool != Some(SpoolSetting::Off)
+    }
+
+    /// `STREAMWATCH_SPOOL_DIR`, or `<data-dir>/spool`.
+    pub fn spool_dir(&self) -> PathBuf {
+        self.spool_dir
+            .clone()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or_else(|| self.data_dir.join("spool"))
     }
 }
 
@@ -253,6 +285,44 @@ fn parse_log_format(s: &str) -> Result<LogFormat, String> {
         "text" => Ok(LogFormat::Text),
         "json" => Ok(LogFormat::Json),
         _ => Err(format!("`{s}` is not `text` or `json`")),
+    }
+}
+
+/// `STREAMWATCH_SPOOL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpoolSetting {
+    On,
+    Off,
+}
+
+fn parse_spool(s: &str) -> Result<SpoolSetting, String> {
+    match s.trim() {
+        "on" => Ok(SpoolSetting::On),
+        "off" => Ok(SpoolSetting::Off),
+        _ => Err(format!("`{s}` is not `on` or `off`")),
+    }
+}
+
+/// A size in bytes: a whole number, optionally with `KiB`, `MiB` or `GiB`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let err = || format!("`{s}` is not a size (e.g. 4GiB, 512MiB, 65536)");
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let shift = match unit.trim() {
+        "" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return Err(err()),
+    };
+    let n: u64 = digits.parse().map_err(|_| err())?;
+    match n.checked_mul(1 << shift) {
+        Some(0) => Err("must be greater than zero".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(err()),
     }
 }
 
@@ -531,6 +601,20 @@ mod tests {
         );
         assert_eq!(c.log_format, LogFormat::Text);
         assert_eq!(c.qoe_refresh, Duration::from_secs(10));
+        assert_eq!(c.spool, None);
+        assert_eq!(c.spool_max, 4 << 30);
+        assert_eq!(c.spool_dir(), PathBuf::from("./data/spool"));
+        assert!(!c.spool_on(), "the embedded store needs no spool");
+        let ch = parse(&["--clickhouse-url", "http://127.0.0.1:8123"]).expect("parses");
+        assert!(ch.spool_on(), "on by default with ClickHouse");
+        let off = parse(&["--clickhouse-url", "http://ch:8123", "--spool", "off"]).expect("parses");
+        assert!(!off.spool_on());
+        let sized =
+            parse(&["--spool-max", "64KiB", "--spool-dir", "/var/spool/sw"]).expect("parses");
+        assert_eq!(sized.spool_max, 65536);
+        assert_eq!(sized.spool_dir(), PathBuf::from("/var/spool/sw"));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1000"), Ok(1000));
         assert_eq!(
             parse(&["--metrics-listen", ""])
                 .expect("parses")
@@ -567,6 +651,10 @@ mod tests {
             (&["--max-connections", "many"][..], "--max-connections"),
             (&["--metrics-listen", "port 9"][..], "--metrics-listen"),
             (&["--log-format", "xml"][..], "--log-format"),
+            (&["--spool", "yes"][..], "--spool"),
+            (&["--spool-max", "4GB"][..], "--spool-max"),
+            (&["--spool-max", "0"][..], "--spool-max"),
+            (&["--spool-max", "99999999999GiB"][..], "--spool-max"),
             (
                 &["--alerts-allow-private", "10.0.0.0/33"][..],
                 "--alerts-allow-private",

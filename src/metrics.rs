@@ -265,6 +265,41 @@ const METRICS: &[(&str, Kind, &str)] = &[
         "Start (Unix time) of the last QoE refresher step that succeeded: qoe_views holds what was acknowledged before it",
     ),
     (
+        "streamwatch_spool_bytes",
+        Kind::Gauge,
+        "Bytes held by the telemetry spool (as counted against STREAMWATCH_SPOOL_MAX)",
+    ),
+    (
+        "streamwatch_spool_batches",
+        Kind::Gauge,
+        "Telemetry batches held by the spool, acknowledged and not yet drained into ClickHouse",
+    ),
+    (
+        "streamwatch_spool_oldest_age_seconds",
+        Kind::Gauge,
+        "Age of the oldest batch in the spool (0 when empty): how far ClickHouse is behind",
+    ),
+    (
+        "streamwatch_spool_drained_total",
+        Kind::Counter,
+        "Spooled telemetry drained into ClickHouse, by unit: batches, events",
+    ),
+    (
+        "streamwatch_spool_drain_insert_duration_seconds",
+        Kind::Histogram,
+        "Time of one drain insert into ClickHouse (many spooled batches)",
+    ),
+    (
+        "streamwatch_spool_quarantined_batches",
+        Kind::Gauge,
+        "Spooled batches moved aside because their checksum failed (kept across restarts)",
+    ),
+    (
+        "streamwatch_spool_undecodable_total",
+        Kind::Counter,
+        "Spooled batches dropped because they could not be read back",
+    ),
+    (
         "streamwatch_qoe_live_views",
         Kind::Gauge,
         "Views held in memory by the live views (ClickHouse)",
@@ -302,7 +337,10 @@ mod tests {
         let mut charted = 0;
         for word in dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
             if let Some(name) = word.strip_prefix("streamwatch_") {
-                let base = name.strip_suffix("_bucket").unwrap_or(name);
+                let base = ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name);
                 let full = format!("streamwatch_{base}");
                 assert!(
                     METRICS.iter().any(|(n, _, _)| *n == full),

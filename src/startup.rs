@@ -36,6 +36,8 @@ pub struct Server {
     max_connections: usize,
     background: Supervisor,
     writer: BatchWriter,
+    /// The telemetry spool (ClickHouse, `STREAMWATCH_SPOOL=on`), closed once the drainer stopped.
+    spool: Option<ingest::spool::Spool>,
     /// Held until the server has stopped: no second server on this data dir meanwhile.
     lock: crate::data_dir::DataDirLock,
     pub state: Arc<AppState>,
@@ -74,6 +76,11 @@ impl Server {
         })?;
         // Before anything writes into the dir (decisions.md §15).
         let lock = crate::data_dir::DataDirLock::acquire(&config.data_dir)?;
+        // Next, so a spool directory in use stops start-up before anything else happens.
+        let spooling = match config.spool_on() {
+            true => Some(open_spool(&config).await?),
+            false => None,
+        };
         prepare_databases(&config)?;
         let secret = load_secret(&config)?;
         let db = Db::open_for_service(config.database_url.as_ref(), &config.data_dir)
@@ -121,12 +128,18 @@ impl Server {
             signup: config.signup,
             secure_cookies: config.public_url.as_ref().is_some_and(|u| u.is_https()),
             slow_ms: config.slow_ms,
-            intake: crate::telemetry::Intake::new(
-                writer.handle(),
-                live.clone(),
-                Some(sink.clone()),
-                crate::telemetry::STORE_DEADLINE,
-            ),
+            intake: {
+                let intake = crate::telemetry::Intake::new(
+                    writer.handle(),
+                    live.clone(),
+                    Some(sink.clone()),
+                    crate::telemetry::STORE_DEADLINE,
+                );
+                match &spooling {
+                    Some(spooling) => intake.with_spool(spooling.clone()),
+                    None => intake,
+                }
+            },
             sink,
             analytics: analytics.clone(),
             db: db.clone(),
@@ -146,6 +159,15 @@ impl Server {
             tasks.service("telemetry store migrations", refusal_watch(refused));
         }
         tasks.service("telemetry writer", writer_watch(writer.failure()));
+        if let Some(spooling) = &spooling {
+            let drainer = crate::telemetry::drain::Drainer {
+                spooling: spooling.clone(),
+                writer: writer.handle(),
+                store: state.sink.clone(),
+                live: live.clone(),
+            };
+            tasks.service("spool drainer", drainer.run(stop.clone()));
+        }
         tasks.service(
             "qoe refresher",
             ok(analytics::refresh::run(
@@ -277,6 +299,7 @@ impl Server {
             max_connections,
             background: tasks,
             writer,
+            spool: spooling.map(|s| s.spool().clone()),
             lock,
             state,
         })
@@ -317,6 +340,7 @@ impl Server {
             max_connections,
             mut background,
             writer,
+            spool,
             lock,
             state,
         } = self;
@@ -342,6 +366,12 @@ impl Server {
         drop(state);
         writer.shutdown().await;
         let later = background.stop().await;
+        // What was not drained stays spooled for the next start.
+        if let Some(spool) = spool {
+            if let Err(e) = spool.close().await {
+                tracing::warn!(error = %e, "cannot close the spool cleanly");
+            }
+        }
         drop(lock);
         match death.or_else(|| later.into_iter().next()) {
             Some(d) => Err(anyhow::anyhow!(d)),
@@ -504,6 +534,48 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
             });
             Ok((sink, connect, store, None, None))
         }
+    }
+}
+
+/// Opens the telemetry spool (scale.md §3): `STREAMWATCH_SPOOL_DIR` (0700, created if
+/// missing), holding at most `STREAMWATCH_SPOOL_MAX`. What a previous process left is drained
+/// by the drainer; damage is repaired and logged by the spool itself. A directory another
+/// process holds stops start-up with one line naming the setting.
+async fn open_spool(config: &Config) -> anyhow::Result<crate::telemetry::Spooling> {
+    use ingest::spool::{Spool, SpoolError};
+    let dir = config.spool_dir();
+    if !dir.exists() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(&dir)
+            .with_context(|| format!("cannot create STREAMWATCH_SPOOL_DIR {}", dir.display()))?;
+    }
+    match Spool::open(&dir, config.spool_max).await {
+        Ok(spool) => {
+            let stats = spool.stats();
+            tracing::info!(
+                dir = %dir.display(),
+                batches = stats.records,
+                bytes = stats.bytes,
+                max_bytes = stats.max_bytes,
+                "telemetry spool open"
+            );
+            Ok(crate::telemetry::Spooling::new(spool))
+        }
+        Err(SpoolError::Locked { holder, .. }) => Err(anyhow::anyhow!(
+            "another streamwatch process is using STREAMWATCH_SPOOL_DIR {} ({} is locked{}): \
+             stop it first, or give this one its own STREAMWATCH_SPOOL_DIR",
+            dir.display(),
+            ingest::spool::LOCK_FILE,
+            holder.map(|p| format!(", by pid {p}")).unwrap_or_default()
+        )),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot open STREAMWATCH_SPOOL_DIR {}: {e}",
+            dir.display()
+        )),
     }
 }
 

@@ -13,8 +13,8 @@
 //! - [`sink`]: the write-only [`EventSink`] trait, ClickHouse and SQLite
 //!   implementations, the supervised breaker;
 //! - [`writer`]: [`BatchWriter`], group commit in front of a sink;
-//! - [`spool`]: the durable local spool in front of ClickHouse (fsync'd appends, an
-//!   in-order drainer; not yet on the request path).
+//! - [`spool`]: the durable local spool in front of ClickHouse; [`spooled`]: a batch's
+//!   bytes in it.
 //!
 //! Request path: `parse_batch(&mut body)` → check `batch.api_key` against the
 //! bearer → `batch.into_write(owner, ua_cache.classify(user_agent))` →
@@ -30,6 +30,7 @@ pub mod record_dims;
 pub mod row;
 pub mod sink;
 pub mod spool;
+pub mod spooled;
 pub mod time;
 pub mod ua;
 pub mod validate;

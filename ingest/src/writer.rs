@@ -112,6 +112,16 @@ impl WriterHandle {
         self.send(rows, batches).await
     }
 
+    /// Queues a whole write (many batches' rows and records: the spool's drainer) and waits
+    /// until it is durably stored (`Ok`) or its write failed (`Err`). Written alone when it
+    /// holds more than `max_rows_per_write` rows.
+    pub async fn submit_write(&self, write: SinkWrite) -> Result<(), SinkError> {
+        if write.is_empty() {
+            return Ok(());
+        }
+        self.send(write.rows, write.batches).await
+    }
+
     async fn send(&self, rows: Vec<EventRow>, batches: Vec<BatchRecord>) -> Result<(), SinkError> {
         let (ack, done) = oneshot::channel();
         self.tx

@@ -10,6 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
+use crate::telemetry::SpoolCheck;
 
 /// `{ "status": "ok" }`.
 #[derive(Serialize, ToSchema)]
@@ -27,7 +28,9 @@ pub struct ReadyBody {
     pub checks: ReadyChecks,
 }
 
-/// `ok`, or the reason a store does not answer (never a URL or a credential).
+/// `ok`, or the reason a store does not answer (never a URL or a credential). With the spool
+/// on, `telemetry` is `ok`, `spooling (<cause>)` (ready: batches wait in the spool) or
+/// `spool full` (unready).
 #[derive(Serialize, ToSchema)]
 pub struct ReadyChecks {
     #[schema(example = "ok")]
@@ -45,7 +48,8 @@ pub async fn healthz() -> Json<HealthBody> {
 }
 
 /// Readiness: 200 when the relational store and the telemetry store both answer, else 503
-/// with the reason per store (the service's only 503).
+/// with the reason per store (the service's only 503). With the spool on, telemetry is ready
+/// while the spool has room, whether ClickHouse answers or not.
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses(
         (status = 200, description = "Both stores answer", body = ReadyBody),
@@ -53,17 +57,25 @@ pub async fn healthz() -> Json<HealthBody> {
     ))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, Json<ReadyBody>) {
     let database = state.db.ping().await;
-    let telemetry = match state.sink.health() {
-        ingest::Health::Ready => Ok(()),
-        ingest::Health::Unready(reason) => Err(reason),
+    // With the spool on, telemetry is acknowledged while ClickHouse cannot take writes
+    // (scale.md §3): unready only once the spool is full.
+    let (telemetry_ok, telemetry) = match state.intake.spooling() {
+        Some(spooling) => match spooling.check(&state.sink) {
+            SpoolCheck::Ok => (true, "ok".to_owned()),
+            SpoolCheck::Spooling(cause) => (true, format!("spooling ({cause})")),
+            SpoolCheck::Full => (false, "spool full".to_owned()),
+        },
+        None => match state.sink.health() {
+            ingest::Health::Ready => (true, "ok".to_owned()),
+            ingest::Health::Unready(reason) => (false, reason),
+        },
     };
-    let ready = database.is_ok() && telemetry.is_ok();
-    let check = |r: Result<(), String>| r.err().unwrap_or_else(|| "ok".to_owned());
+    let ready = database.is_ok() && telemetry_ok;
     let body = ReadyBody {
         status: if ready { "ready" } else { "unready" },
         checks: ReadyChecks {
-            database: check(database),
-            telemetry: check(telemetry),
+            database: database.err().unwrap_or_else(|| "ok".to_owned()),
+            telemetry,
         },
     };
     let status = if ready {

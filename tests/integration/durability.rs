@@ -125,6 +125,8 @@ async fn no_acknowledged_batch_is_lost_with_clickhouse() {
     acknowledged_batches_survive_sigkill(vec![
         ("CLICKHOUSE_URL", url),
         ("CLICKHOUSE_DATABASE", db),
+        // The direct path; the spool's SIGKILL test is in the `spool` module.
+        ("STREAMWATCH_SPOOL", "off".to_owned()),
     ])
     .await;
 }

@@ -22,5 +22,6 @@ mod outages;
 mod pages;
 mod prober;
 mod qoe;
+mod spool;
 mod streams;
 mod telemetry;

@@ -204,6 +204,8 @@ async fn qoe_refresher_metrics_count_views_written_from_memory_on_clickhouse() {
             ("CLICKHOUSE_URL", &clickhouse),
             ("CLICKHOUSE_DATABASE", &database),
             ("STREAMWATCH_QOE_REFRESH", "200ms"),
+            // The direct path, as every in-process test server (the spool has its own tests).
+            ("STREAMWATCH_SPOOL", "off"),
         ],
     )
     .await;

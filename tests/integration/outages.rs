@@ -137,6 +137,8 @@ async fn clickhouse_down_at_start_hung_later_and_back_without_a_restart() {
     let app = spawn_unready(Engine::Sqlite, |c| {
         c.clickhouse_url = Some(format!("http://{at}"));
         c.clickhouse_database = common::test_db_name();
+        // decisions.md §11 without the spool (scale.md §3: `off` keeps it as it is).
+        c.spool = Some(streamwatch::config::SpoolSetting::Off);
     })
     .await;
     // Started although ClickHouse is unreachable: alive, not ready.

@@ -74,6 +74,9 @@ pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
     c.auth_rate_limit = RateLimit::Off;
     c.allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
     c.alerts_allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
+    // A test that sets CLICKHOUSE_URL reads its batches back right after their 204: the
+    // direct path. The spool (on by default with ClickHouse) has its own tests (the `spool` module).
+    c.spool = Some(streamwatch::config::SpoolSetting::Off);
     if engine == Engine::Postgres {
         c.database_url = Some(DatabaseUrl::Postgres(fresh_pg_database().await));
     }

@@ -1,0 +1,216 @@
+//! The spool's drainer (scale.md §3): moves spooled batches into ClickHouse in order, many
+//! per insert, and removes them from the spool only once ClickHouse acknowledged them.
+//!
+//! One loop, one insert at a time, oldest batches first:
+//! 1. peek up to [`PEEK_BATCHES`] batches / [`PEEK_BYTES`] bytes (the memory it holds);
+//! 2. wait while the store's breaker is open (a write would fail at once);
+//! 3. insert their rows and records as one write through the batch writer (the same rows
+//!    and dedup key as a request's write: a batch inserted twice — the process died
+//!    between the insert and the removal — is collapsed like a retried request);
+//! 4. on success, remove them from the spool, then give each batch to the live views in
+//!    spool order, so a view counts a spooled batch once it is stored; on failure, mark
+//!    their views broken (an insert that failed may be partly stored: the refresher reads
+//!    them back), back off and peek the same batches again.
+//!
+//! The spool left by a previous process is there at start-up, so it is drained first. The
+//! loop ends only with the stop signal; it reports the spool's gauges as it goes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use analytics::live::{Key, LiveViews};
+use analytics::{BatchDims, Event};
+use ingest::spool::{RecordId, SpoolError, SpoolStats, SpooledRecord};
+use ingest::{SinkWrite, SupervisedSink, WriterHandle};
+use tokio::sync::watch;
+
+use super::Spooling;
+
+/// Most batches in one insert.
+pub const PEEK_BATCHES: usize = 20_000;
+/// Most spooled bytes in one insert (their rows take about as much again in memory).
+pub const PEEK_BYTES: usize = 4 << 20;
+/// First pause after a failed insert; it doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often the gauges are refreshed while there is nothing to do.
+const GAUGE_EVERY: Duration = Duration::from_secs(1);
+
+/// Everything the drainer needs.
+pub struct Drainer {
+    /// The spool it empties.
+    pub spooling: Spooling,
+    /// Where its inserts go (the writer of the telemetry store).
+    pub writer: WriterHandle,
+    /// The store's breaker: while it is open, the drainer waits instead of failing.
+    pub store: SupervisedSink,
+    /// The live views (ClickHouse), fed with each batch once stored.
+    pub live: Option<Arc<LiveViews>>,
+}
+
+/// Spooled batches decoded for one insert.
+struct Peeked {
+    write: SinkWrite,
+    /// Per batch, in spool order: its view, events and dimensions for the live views.
+    views: Vec<(Key, Vec<Event>, BatchDims)>,
+    last: RecordId,
+    batches: u64,
+    events: u64,
+}
+
+impl Drainer {
+    /// Drains until `stop` turns true. An `Err` only when the spool closed under it.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<(), String> {
+        let spool = self.spooling.spool().clone();
+        let mut backoff = MIN_BACKOFF;
+        let mut failures = 0u32;
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            publish(&spool.stats());
+            let records = match spool.peek(PEEK_BATCHES, PEEK_BYTES).await {
+                Ok(records) => records,
+                Err(SpoolError::Closed) if *stop.borrow() => return Ok(()),
+                Err(SpoolError::Closed) => return Err("the spool closed".to_owned()),
+                // Damage met while reading: the spool rebuilds itself; try again.
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the spool, retrying");
+                    if pause(&mut stop, MAX_BACKOFF).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            if records.is_empty() {
+                tokio::select! {
+                    () = spool.wait_for_records() => {}
+                    () = tokio::time::sleep(GAUGE_EVERY) => {}
+                    _ = stop.changed() => return Ok(()),
+                }
+                continue;
+            }
+            let peeked = decode(records, self.live.is_some());
+            // While the breaker is open a write fails at once: wait for the store instead.
+            while !self.store.is_ready() {
+                if pause(&mut stop, MIN_BACKOFF).await {
+                    return Ok(());
+                }
+                publish(&spool.stats());
+            }
+            let started = Instant::now();
+            let result = if peeked.write.is_empty() {
+                Ok(())
+            } else {
+                self.writer.submit_write(peeked.write).await
+            };
+            match result {
+                Ok(()) => {
+                    metrics::histogram!("streamwatch_spool_drain_insert_duration_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    if failures > 0 {
+                        tracing::info!(failures, "spool drains again");
+                    }
+                    failures = 0;
+                    backoff = MIN_BACKOFF;
+                    self.spooling.set_failing(None);
+                    // Stored: a failed removal only means these batches are inserted again
+                    // later, which the dedup key absorbs.
+                    match spool.remove_through(peeked.last).await {
+                        Ok(_) => self.spooling.made_room(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot remove drained batches from the spool; they will be inserted again")
+                        }
+                    }
+                    if let Some(live) = &self.live {
+                        for (key, events, dims) in peeked.views {
+                            live.take(key, events, &dims);
+                        }
+                    }
+                    metrics::counter!("streamwatch_spool_drained_total", "unit" => "batches")
+                        .increment(peeked.batches);
+                    metrics::counter!("streamwatch_spool_drained_total", "unit" => "events")
+                        .increment(peeked.events);
+                }
+                Err(e) => {
+                    failures += 1;
+                    // First failure and every tenth: a long outage does not flood the log.
+                    if failures == 1 || failures.is_multiple_of(10) {
+                        tracing::warn!(error = %e, failures, batches = peeked.batches, "spool drain insert failed, retrying");
+                    }
+                    self.spooling.set_failing(Some(e.to_string()));
+                    if let Some(live) = &self.live {
+                        for (key, _, _) in peeked.views {
+                            live.taint(key);
+                        }
+                    }
+                    if pause(&mut stop, backoff).await {
+                        return Ok(());
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+/// The rows and records of `records`, and (with live views) each batch's view input. A
+/// record that does not decode (written by an incompatible version) is logged, counted
+/// and dropped with the rest.
+fn decode(records: Vec<SpooledRecord>, live: bool) -> Peeked {
+    let mut peeked = Peeked {
+        write: SinkWrite::default(),
+        views: Vec::new(),
+        last: records.last().map_or(RecordId(0), |r| r.id),
+        batches: 0,
+        events: 0,
+    };
+    for record in records {
+        let (rows, batch) = match ingest::spooled::decode(&record.payload) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                tracing::error!(id = %record.id, error = %e, "dropping a spooled batch that cannot be read");
+                metrics::counter!("streamwatch_spool_undecodable_total").increment(1);
+                continue;
+            }
+        };
+        if live {
+            let key = Key {
+                owner: batch.owner.clone(),
+                session: batch.session_id.clone(),
+            };
+            let events = rows
+                .iter()
+                .map(|r| Event::parse(r.ts_ms, r.event_type, &r.payload))
+                .collect();
+            peeked
+                .views
+                .push((key, events, BatchDims::from_record(&batch, 0)));
+        }
+        peeked.batches += 1;
+        peeked.events += rows.len() as u64;
+        peeked.write.rows.extend(rows);
+        peeked.write.batches.push(batch);
+    }
+    peeked
+}
+
+/// Sleeps `d`; true when the stop signal came first.
+async fn pause(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    let stopped = tokio::select! {
+        () = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
+
+/// The spool's gauges.
+fn publish(stats: &SpoolStats) {
+    metrics::gauge!("streamwatch_spool_bytes").set(stats.bytes as f64);
+    metrics::gauge!("streamwatch_spool_batches").set(stats.records as f64);
+    let age = stats
+        .oldest_age(SystemTime::now())
+        .map_or(0.0, |a| a.as_secs_f64());
+    metrics::gauge!("streamwatch_spool_oldest_age_seconds").set(age);
+    metrics::gauge!("streamwatch_spool_quarantined_batches").set(stats.quarantined as f64);
+}

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::row::{EventRow, SinkWrite};
 
-pub use self::clickhouse::{ClickHouseConfig, ClickHouseSink};
+pub use self::clickhouse::{ChClient, ClickHouseConfig, ClickHouseSink};
 pub use self::sqlite::{Durability, SqliteOptions, SqliteSink};
 pub use self::supervised::{Connector, Health, SupervisedSink, SupervisorTiming};
 

@@ -1,8 +1,11 @@
 //! ClickHouse sink: RowBinary inserts through the `clickhouse` crate into a
 //! `ReplacingMergeTree` table of events and a `MergeTree` table of batch records
 //! (`view_batches`), and the driver of the one migration runner (the `migrate` crate) for
-//! `migrations/clickhouse/`, which also creates the tables the `analytics` crate reads and
-//! writes, on its behalf.
+//! `migrations/clickhouse/` ([`migrations`]), which also creates the tables the `analytics`
+//! crate reads and writes, on its behalf. Every request goes through [`ChClient`]
+//! ([`endpoints`]): one or more endpoints with failover. With a cluster
+//! ([`ClickHouseConfig::cluster`], scale.md §2) the tables are replicated and distributed
+//! (`migrations/clickhouse-cluster/`) and the inserts synchronous.
 //!
 //! Works against Debian's ClickHouse 18.16 (the CI server) and current releases
 //! (see shared/notes/clickhouse.md): no compression, client-side `?` binds, and
@@ -10,6 +13,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod endpoints;
+mod migrations;
 
 use async_trait::async_trait;
 use clickhouse::{Client, Compression, Row};
@@ -20,6 +26,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{EventSink, SinkError};
 use crate::row::SinkWrite;
+
+pub use self::endpoints::{moves_on, ChClient, ChQuery, Pinned};
+pub use self::migrations::MigrationError;
 
 /// Table holding the events.
 pub const EVENTS_TABLE: &str = "telemetry_events";
@@ -42,8 +51,12 @@ const INSERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `CLICKHOUSE_USER`, `CLICKHOUSE_PASSWORD`).
 #[derive(Clone)]
 pub struct ClickHouseConfig {
-    /// HTTP endpoint, e.g. `http://127.0.0.1:8123`.
+    /// HTTP endpoint, e.g. `http://127.0.0.1:8123`, or several, comma-separated: every
+    /// one serves the same data (replicas, or nodes of one cluster), tried in this order.
     pub url: String,
+    /// Name of the cluster in the servers' `remote_servers` (scale.md §2): the tables are
+    /// `<table>_local` replicated tables behind `Distributed` ones. `None`: one server.
+    pub cluster: Option<String>,
     /// Database; created at start-up when missing.
     pub database: String,
     /// User; the server default when `None`.
@@ -64,6 +77,7 @@ impl std::fmt::Debug for ClickHouseConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClickHouseConfig")
             .field("url", &self.url)
+            .field("cluster", &self.cluster)
             .field("database", &self.database)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
@@ -78,6 +92,7 @@ impl ClickHouseConfig {
     pub fn new(url: impl Into<String>, database: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            cluster: None,
             database: database.into(),
             user: None,
             password: None,
@@ -90,32 +105,54 @@ impl ClickHouseConfig {
     /// used), with row-type validation off so it reads on every server version; e.g.
     /// for `analytics::Store::clickhouse`, built at start-up while the store may still be
     /// down. The tables exist once a [`ClickHouseSink::connect`] has migrated them.
-    pub fn client(&self) -> Client {
+    pub fn client(&self) -> ChClient {
         self.base_client()
-            .with_validation(false)
-            .with_database(&self.database)
+            .map(|c| c.with_validation(false).with_database(&self.database))
+    }
+
+    /// The endpoints of [`ClickHouseConfig::url`], in order.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.url.split(',').map(str::trim).filter(|u| !u.is_empty())
     }
 
     /// A client without a database selected.
-    fn base_client(&self) -> Client {
+    fn base_client(&self) -> ChClient {
         // TCP_NODELAY: the crate's default connector leaves Nagle on, which stalls
         // small requests ~40 ms behind delayed ACKs (shared/notes/clickhouse.md).
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_keepalive(Some(Duration::from_secs(60)));
+        // A node that is gone is left within the failover bound (scale.md §1: 2 s).
+        connector.set_connect_timeout(Some(Duration::from_secs(1)));
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(2))
             .build(connector);
-        let mut c = Client::with_http_client(http)
-            .with_url(&self.url)
-            .with_compression(Compression::None);
-        if let Some(u) = &self.user {
-            c = c.with_user(u);
-        }
-        if let Some(p) = &self.password {
-            c = c.with_password(p);
-        }
-        c
+        let base = Client::with_http_client(http).with_compression(Compression::None);
+        let endpoints = self
+            .urls()
+            .map(|url| {
+                let mut c = base.clone().with_url(url);
+                if let Some(u) = &self.user {
+                    c = c.with_user(u);
+                }
+                if let Some(p) = &self.password {
+                    c = c.with_password(p);
+                }
+                if self.cluster.is_some() {
+                    // 204 means every row is on a replica of its shard (scale.md §2);
+                    // writes and reads of every instance go to the same replica of each
+                    // shard while it serves (the first in the cluster's definition, not
+                    // the node asked), so a batch record is never read from a replica
+                    // that has it before its events.
+                    c = c
+                        .with_setting("insert_distributed_sync", "1")
+                        .with_setting("load_balancing", "in_order")
+                        .with_setting("prefer_localhost_replica", "0");
+                }
+                (url.to_owned(), c)
+            })
+            .collect();
+        ChClient::new(endpoints).on_cluster(self.cluster.is_some())
     }
 }
 
@@ -139,7 +176,9 @@ fn new_writer_id() -> u64 {
 /// its view without the context the batch did carry.
 #[derive(Clone)]
 pub struct ClickHouseSink {
-    client: Client,
+    client: ChClient,
+    /// [`ClickHouseConfig::cluster`].
+    cluster: Option<String>,
     /// The database `client` uses (migrations name it where ClickHouse needs it spelled out).
     database: String,
     /// [`ClickHouseConfig::writer`].
@@ -179,12 +218,6 @@ pub struct RecordRow<'a> {
 }
 
 #[derive(Row, Deserialize)]
-struct AppliedRow {
-    version: u32,
-    checksum: String,
-}
-
-#[derive(Row, Deserialize)]
 struct TextRow {
     text: String,
 }
@@ -200,20 +233,22 @@ impl ClickHouseSink {
     /// Connects and creates the database when missing, without migrating it (the caller
     /// runs [`ClickHouseSink::migrate`], to tell a changed migration from a failure).
     pub async fn open(config: &ClickHouseConfig) -> Result<Self, SinkError> {
-        if config.database.is_empty()
-            || !config
-                .database
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
+        let name_ok =
+            |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok(&config.database) {
             return Err(SinkError::Permanent(format!(
                 "invalid ClickHouse database name {:?} (use [A-Za-z0-9_])",
                 config.database
             )));
         }
+        if let Some(cluster) = config.cluster.as_deref().filter(|c| !name_ok(c)) {
+            return Err(SinkError::Permanent(format!(
+                "invalid ClickHouse cluster name {cluster:?} (use [A-Za-z0-9_])"
+            )));
+        }
         // The version probe runs unvalidated: validation needs a format that old
         // servers lack (RowBinaryWithNamesAndTypes).
-        let base = config.base_client().with_validation(false);
+        let base = config.base_client().map(|c| c.with_validation(false));
         let version = base
             .query("SELECT version() AS text")
             .fetch_one::<TextRow>()
@@ -227,173 +262,46 @@ impl ClickHouseSink {
                 .and_then(|m| m.parse::<u32>().ok())
                 .is_some_and(|major| major >= 22)
         });
-        let base = base.with_validation(validation);
+        let on_cluster = config
+            .cluster
+            .as_ref()
+            .map_or(String::new(), |c| format!(" ON CLUSTER {c}"));
         base.query(&format!(
-            "CREATE DATABASE IF NOT EXISTS {}",
+            "CREATE DATABASE IF NOT EXISTS {}{on_cluster}",
             config.database
         ))
         .execute()
         .await
         .map_err(map_err)?;
-        let client = base.with_database(&config.database);
+        let client = base.map(|c| {
+            c.with_validation(validation)
+                .with_database(&config.database)
+        });
         let sink = Self {
             client,
+            cluster: config.cluster.clone(),
             database: config.database.clone(),
             writer: config.writer,
         };
-        tracing::info!(server_version = %version, validation, database = %config.database, "clickhouse sink connected");
+        tracing::info!(server_version = %version, validation, database = %config.database, cluster = ?config.cluster, "clickhouse sink connected");
         Ok(sink)
     }
 
-    /// The underlying client (database selected), e.g. for analytics queries.
-    pub fn client(&self) -> &Client {
+    /// The client of its endpoints (database selected), e.g. for analytics queries.
+    pub fn client(&self) -> &ChClient {
         &self.client
     }
 
-    /// Applies every migration of `migrations/clickhouse/` not yet recorded, by the one
-    /// runner's rule (the `migrate` crate): this database's tables, `analytics`' included
-    /// (`qoe_views`, `qoe_refresh_state`, migrated here on its behalf). Idempotent: the
-    /// statements are `IF NOT EXISTS` (and each `ADD COLUMN` asks first), so two instances
-    /// starting at once are harmless; a version recorded twice is read once.
-    pub async fn migrate(&self) -> Result<(), MigrationError> {
-        self.client
-            .query(&format!(
-                "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} \
-                 (version UInt32, name String, applied_at DateTime, checksum String) \
-                 ENGINE = MergeTree ORDER BY version"
-            ))
-            .execute()
-            .await
-            .map_err(map_err)?;
-        // A table from before checksums: the column, added once (another instance may have
-        // added it in between, which the second check sees).
-        if !self.has_column(MIGRATIONS_TABLE, "checksum").await? {
-            let added = self
-                .client
-                .query(&format!(
-                    "ALTER TABLE {MIGRATIONS_TABLE} ADD COLUMN checksum String DEFAULT ''"
-                ))
-                .execute()
-                .await;
-            if let Err(e) = added {
-                if !self.has_column(MIGRATIONS_TABLE, "checksum").await? {
-                    return Err(map_err(e).into());
-                }
-            }
-        }
-        // `max`: a row written before checksums has '', one written since has the sum.
-        let applied: Vec<migrate::Applied> = self
-            .client
-            .query(&format!(
-                "SELECT version, max(checksum) AS checksum FROM {MIGRATIONS_TABLE} GROUP BY version"
-            ))
-            .fetch_all::<AppliedRow>()
-            .await
-            .map_err(map_err)?
-            .into_iter()
-            .map(|r| migrate::Applied {
-                version: i64::from(r.version),
-                checksum: Some(r.checksum).filter(|c| !c.is_empty()),
-            })
-            .collect();
-        let plan = migrate::CLICKHOUSE.plan(&applied)?;
-        for m in plan.pending {
-            let name = m.name;
-            for statement in migrate::statements(&m.sql.replace("{database}", &self.database)) {
-                let added = added_column(&statement);
-                if let Some((table, column)) = added {
-                    if self.has_column(table, column).await? {
-                        continue;
-                    }
-                }
-                if let Err(e) = self.client.query(&statement).execute().await {
-                    // Another instance added the column between the check and this
-                    // statement (18.16 has no `ADD COLUMN IF NOT EXISTS`): done all the same.
-                    if let Some((table, column)) = added {
-                        if self.has_column(table, column).await? {
-                            continue;
-                        }
-                    }
-                    return Err(SinkError::Permanent(format!(
-                        "clickhouse migration {name} failed: {e}"
-                    ))
-                    .into());
-                }
-            }
-            self.record(m).await?;
-            tracing::info!(engine = "clickhouse", migration = name, "applied migration");
-        }
-        for m in plan.unrecorded {
-            self.record(m).await?;
-        }
-        Ok(())
-    }
-
-    /// A row of `m` with its checksum.
-    async fn record(&self, m: &migrate::Migration) -> Result<(), SinkError> {
-        self.client
-            .query(&format!(
-                "INSERT INTO {MIGRATIONS_TABLE} (version, name, applied_at, checksum) \
-                 VALUES (?, ?, now(), ?)"
-            ))
-            .bind(u32::try_from(m.version).unwrap_or(u32::MAX))
-            .bind(m.name)
-            .bind(m.checksum())
-            .execute()
-            .await
-            .map_err(map_err)
-    }
-}
-
-/// Why the migrations did not run: a file changed since it was applied (never retried), or
-/// the store's own failure.
-#[derive(Debug, thiserror::Error)]
-pub enum MigrationError {
-    #[error(transparent)]
-    Changed(#[from] migrate::Changed),
-    #[error(transparent)]
-    Store(#[from] SinkError),
-}
-
-impl From<MigrationError> for SinkError {
-    fn from(e: MigrationError) -> Self {
-        match e {
-            MigrationError::Changed(c) => SinkError::Permanent(c.to_string()),
-            MigrationError::Store(e) => e,
+    /// Where batch records are inserted: the Buffer in front of [`BATCHES_TABLE`] on one
+    /// server; the table itself on a cluster (a Buffer is one node's memory, which the
+    /// other nodes and a failover never see).
+    fn batches_target(&self) -> &'static str {
+        if self.cluster.is_some() {
+            BATCHES_TABLE
+        } else {
+            BATCHES_BUFFER
         }
     }
-}
-
-impl ClickHouseSink {
-    /// Whether `table` of the sink's database has `column` (18.16 has no
-    /// `ADD COLUMN IF NOT EXISTS`; the migration runner asks first).
-    async fn has_column(&self, table: &str, column: &str) -> Result<bool, SinkError> {
-        #[derive(Row, Deserialize)]
-        struct Count {
-            n: u64,
-        }
-        let found = self
-            .client
-            .query(
-                "SELECT toUInt64(count()) AS n FROM system.columns \
-                 WHERE database = ? AND table = ? AND name = ?",
-            )
-            .bind(&self.database)
-            .bind(table)
-            .bind(column)
-            .fetch_one::<Count>()
-            .await
-            .map_err(map_err)?;
-        Ok(found.n > 0)
-    }
-}
-
-/// The table and column of an `ALTER TABLE <table> ADD COLUMN <column> …` statement.
-fn added_column(statement: &str) -> Option<(&str, &str)> {
-    let w: Vec<&str> = statement.split_whitespace().take(6).collect();
-    let is = |i: usize, word: &str| w.get(i).is_some_and(|x| x.eq_ignore_ascii_case(word));
-    (w.len() == 6 && is(0, "ALTER") && is(1, "TABLE") && is(3, "ADD") && is(4, "COLUMN"))
-        .then(|| (w[2], w[5]))
 }
 
 /// ClickHouse server error codes that will fail again unchanged.
@@ -481,66 +389,106 @@ impl EventSink for ClickHouseSink {
             .unwrap_or(0);
         if !rows.is_empty() {
             let base = allocate_seqs(now_ms, rows.len());
-            let mut insert = self
-                .client
-                .insert::<InsertRow<'_>>(EVENTS_TABLE)
-                .await
-                .map_err(map_err)?
-                .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
             // Rows go out in key order, so the server need not sort the block (about
             // 40% of its insert CPU on 18.16, docs/benchmarks.md); `ver` still follows
             // the submission order `i`, so the first submitted row of a key wins.
-            for i in super::key_order(&rows) {
-                let r = &rows[i];
-                let row = InsertRow {
-                    owner: &r.owner,
-                    session_id: &r.session_id,
-                    ts: r.ts_ms,
-                    event_type: r.event_type.as_str(),
-                    payload: &r.payload,
-                    content_id: &r.content_id,
-                    ver: first_wins_version(base, i),
-                };
-                insert.write(&row).await.map_err(map_err)?;
-            }
-            // `end` returns once the server answered 200 for the whole INSERT.
-            insert.end().await.map_err(map_err)?;
+            let order = super::key_order(&rows);
+            let (rows, order) = (&rows, &order);
+            // On another endpoint after a failure: the same rows and versions, so a
+            // copy the failed node did store collapses with this one.
+            self.client
+                .run(|client| async move {
+                    let mut insert = client
+                        .insert::<InsertRow<'_>>(EVENTS_TABLE)
+                        .await?
+                        .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
+                    for &i in order {
+                        let r = &rows[i];
+                        let row = InsertRow {
+                            owner: &r.owner,
+                            session_id: &r.session_id,
+                            ts: r.ts_ms,
+                            event_type: r.event_type.as_str(),
+                            payload: &r.payload,
+                            content_id: &r.content_id,
+                            ver: first_wins_version(base, i),
+                        };
+                        insert.write(&row).await?;
+                    }
+                    // `end` returns once the server answered 200 for the whole INSERT.
+                    insert.end().await
+                })
+                .await
+                .map_err(map_err)?;
         }
         // The records go second: one visible means its events are (analytics relies on
         // it when it skips views whose record count did not change). Into the Buffer in
         // front of `view_batches`: one part per flush, not one per write.
         if !batches.is_empty() {
-            let mut insert = self
-                .client
-                .insert::<RecordRow<'_>>(BATCHES_BUFFER)
-                .await
-                .map_err(map_err)?
-                .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
             let first_seq = allocate_seqs(now_ms, batches.len());
-            // In submission order: the Buffer sorts whole flushes by key, not each insert.
-            for (i, b) in batches.iter().enumerate() {
-                let dims = b.dims_json();
-                insert
-                    .write(&RecordRow {
-                        owner: &b.owner,
-                        session_id: &b.session_id,
-                        first_ts: b.first_ts_ms,
-                        seq: first_seq + i as u64,
-                        dims: &dims,
-                        writer: self.writer,
-                    })
-                    .await
-                    .map_err(map_err)?;
-            }
-            insert.end().await.map_err(map_err)?;
+            let dims: Vec<String> = batches.iter().map(|b| b.dims_json()).collect();
+            let (batches, dims, table, writer) =
+                (&batches, &dims, self.batches_target(), self.writer);
+            self.client
+                .run(|client| async move {
+                    let mut insert = client
+                        .insert::<RecordRow<'_>>(table)
+                        .await?
+                        .with_timeouts(Some(INSERT_TIMEOUT), Some(INSERT_TIMEOUT));
+                    // In submission order: the Buffer sorts whole flushes by key, not
+                    // each insert.
+                    for (i, b) in batches.iter().enumerate() {
+                        insert
+                            .write(&RecordRow {
+                                owner: &b.owner,
+                                session_id: &b.session_id,
+                                first_ts: b.first_ts_ms,
+                                seq: first_seq + i as u64,
+                                dims: &dims[i],
+                                writer,
+                            })
+                            .await?;
+                    }
+                    insert.end().await
+                })
+                .await
+                .map_err(map_err)?;
         }
         Ok(())
     }
 
+    /// Ready when any endpoint answers (all asked at once); on a cluster, one whose
+    /// replicated tables take writes: with ZooKeeper lost they are read-only, and the
+    /// cause is what readiness reports.
     async fn ping(&self) -> Result<(), SinkError> {
+        let database = self.database.as_str();
+        let cluster = self.cluster.is_some();
         self.client
-            .query("SELECT 1")
-            .execute()
+            .any(|client| async move {
+                if !cluster {
+                    return client.query("SELECT 1").execute().await;
+                }
+                #[derive(Row, Deserialize)]
+                struct Count {
+                    n: u64,
+                }
+                let read_only = client
+                    .query(
+                        "SELECT toUInt64(count()) AS n FROM system.replicas \
+                         WHERE database = ? AND is_readonly",
+                    )
+                    .bind(database)
+                    .fetch_one::<Count>()
+                    .await?;
+                if read_only.n > 0 {
+                    return Err(clickhouse::error::Error::BadResponse(format!(
+                        "Code: 242, replicated tables are read-only on this node \
+                         ({} of them; is ZooKeeper reachable?)",
+                        read_only.n
+                    )));
+                }
+                Ok(())
+            })
             .await
             .map_err(map_err)
     }
@@ -560,12 +508,17 @@ impl EventSink for ClickHouseSink {
 
 #[cfg(test)]
 mod tests {
+    use super::migrations::added_column;
     use super::*;
 
     #[test]
     fn no_migration_has_a_question_mark_the_client_would_take_for_a_bind() {
         assert_eq!(migrate::CLICKHOUSE.migrations[0].statements().len(), 1);
-        for m in migrate::CLICKHOUSE.migrations {
+        for m in migrate::CLICKHOUSE
+            .migrations
+            .iter()
+            .chain(migrate::CLICKHOUSE_CLUSTER.migrations)
+        {
             for statement in m.statements() {
                 assert!(!statement.contains('?'), "{}: {statement}", m.name);
             }

@@ -12,6 +12,7 @@ mod accounts;
 mod agents;
 mod alerts;
 mod alerts_process;
+mod cluster;
 mod connections;
 mod durability;
 mod keys;

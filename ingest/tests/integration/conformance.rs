@@ -2,7 +2,7 @@
 //! embedded SQLite sink and against ClickHouse (fresh database per test at
 //! `CLICKHOUSE_URL`, default http://127.0.0.1:8123).
 
-mod common;
+use crate::common;
 
 use analytics::StoredEvent;
 use common::{row, session_rows, T0};

@@ -6,7 +6,7 @@
 //! against the reference live in the `analytics` crate; this file checks the wiring: the
 //! session gate, owner isolation, `streamId` resolution, 400 bodies and content types.
 
-mod common;
+use crate::common;
 
 use common::{parts, spawn_quiet, Engine, TestApp};
 use reqwest::StatusCode;

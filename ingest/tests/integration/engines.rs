@@ -2,7 +2,7 @@
 //! migrations, physical dedup in ClickHouse, SQLite durability settings, error
 //! classification.
 
-mod common;
+use crate::common;
 
 use analytics::Store;
 use common::{clickhouse_config, clickhouse_url, row, session_rows};

@@ -7,7 +7,7 @@
 // Test helpers unwrap: a panic is a failed test with its message.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 // Test helpers unwrap: a panic is a failed test with its message.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{spawn_quiet, Engine, TestApp};
 use reqwest::{Method, StatusCode};

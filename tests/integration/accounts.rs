@@ -2,7 +2,8 @@
 //! sliding expiry, failures with better-auth bodies, the Origin check and the rate limit; the
 //! owner and invitations, password changes and one-time passwords.
 
-mod common;
+use crate::common;
+use crate::on_both_engines;
 
 use common::{parts, session_cookie_of, set_cookie_header, spawn_with, Body, Engine, TestApp};
 use reqwest::{Method, StatusCode};

@@ -75,7 +75,7 @@ pub async fn test_config(engine: Engine, dir: &std::path::Path) -> Config {
     c.allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
     c.alerts_allow_private = CidrList(vec!["127.0.0.0/8".parse().expect("cidr")]);
     // A test that sets CLICKHOUSE_URL reads its batches back right after their 204: the
-    // direct path. The spool (on by default with ClickHouse) has its own tests (tests/spool.rs).
+    // direct path. The spool (on by default with ClickHouse) has its own tests (the `spool` module).
     c.spool = Some(streamwatch::config::SpoolSetting::Off);
     if engine == Engine::Postgres {
         c.database_url = Some(DatabaseUrl::Postgres(fresh_pg_database().await));
@@ -297,11 +297,11 @@ macro_rules! on_both_engines {
             mod $case {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn sqlite() {
-                    super::$case(super::common::spawn_app(super::common::Engine::Sqlite).await).await
+                    super::$case($crate::common::spawn_app($crate::common::Engine::Sqlite).await).await
                 }
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn postgres() {
-                    super::$case(super::common::spawn_app(super::common::Engine::Postgres).await).await
+                    super::$case($crate::common::spawn_app($crate::common::Engine::Postgres).await).await
                 }
             }
         )*

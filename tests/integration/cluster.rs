@@ -4,12 +4,12 @@
 //! fleet split at random between two instances on one PostgreSQL gives the answers of one
 //! server; and the faults of scale.md §2 with the spool off. Never the shared server.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use analytics::fleet::{Fleet, FleetConfig, GenBatch};
@@ -113,10 +113,18 @@ impl Drop for Cluster {
     }
 }
 
-/// The 2 × 2 cluster the tests that do not stop its processes share.
-fn shared() -> &'static Cluster {
-    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| Cluster::up(&[]))
+/// The 2 × 2 cluster the tests that do not stop its processes share: started by the first
+/// of them, purged when the last one running lets go of it (the test binary's other modules
+/// run on long after, and need not share the machine with it).
+fn shared() -> Arc<Cluster> {
+    static CLUSTER: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+    let mut held = CLUSTER.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(cluster) = held.upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(Cluster::up(&[]));
+    *held = Arc::downgrade(&cluster);
+    cluster
 }
 
 /// One query's text answer (TSV) from the node at `url`.
@@ -186,7 +194,7 @@ async fn cluster_tables_are_replicated_and_distributed_as_specified() {
     let cluster = shared();
     let db = common::test_db_name();
     let pg = common::fresh_pg_database().await;
-    let app = instance(cluster, &cluster.url_list(), &db, Some(&pg)).await;
+    let app = instance(&cluster, &cluster.url_list(), &db, Some(&pg)).await;
     let tables = format!(
         "SELECT name, engine FROM system.tables WHERE database = '{db}' ORDER BY name FORMAT TSV"
     );
@@ -327,9 +335,9 @@ async fn a_fleet_split_between_two_instances_answers_as_one_server() {
     let db = common::test_db_name();
     let pg = common::fresh_pg_database().await;
     // Two instances on one PostgreSQL, each listing the nodes in another order.
-    let a = instance(cluster, &cluster.url_list(), &db, Some(&pg)).await;
+    let a = instance(&cluster, &cluster.url_list(), &db, Some(&pg)).await;
     let reversed: Vec<String> = cluster.urls.iter().rev().cloned().collect();
-    let b = instance(cluster, &reversed.join(","), &db, Some(&pg)).await;
+    let b = instance(&cluster, &reversed.join(","), &db, Some(&pg)).await;
     let one = instance(&single, &single.url_list(), &common::test_db_name(), None).await;
 
     let cookie = a.user("ops@example.com").await;

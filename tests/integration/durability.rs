@@ -2,7 +2,7 @@
 //! with SIGKILL mid-way, restarted on the same stores, and every batch that got a 204 must be
 //! there in full — with the embedded SQLite sink and with ClickHouse.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,7 +125,7 @@ async fn no_acknowledged_batch_is_lost_with_clickhouse() {
     acknowledged_batches_survive_sigkill(vec![
         ("CLICKHOUSE_URL", url),
         ("CLICKHOUSE_DATABASE", db),
-        // The direct path; the spool's SIGKILL test is in tests/spool.rs.
+        // The direct path; the spool's SIGKILL test is in the `spool` module.
         ("STREAMWATCH_SPOOL", "off".to_owned()),
     ])
     .await;

@@ -1,7 +1,7 @@
 //! Telemetry ingest through the real route (interface.md "Telemetry ingest", decisions.md §7),
 //! on both sinks: the embedded SQLite store and ClickHouse (a fresh database per test).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,8 @@
 //! The agent feed (interface.md rules 1–4, decisions.md §6) and `uptimePct`, derived from
 //! probe rows this test stores through the probe store.
 
-mod common;
+use crate::common;
+use crate::on_both_engines;
 
 use common::{parts, TestApp};
 use reqwest::StatusCode;

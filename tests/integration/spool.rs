@@ -10,7 +10,7 @@
 //! 8123 is never touched. The cluster fault of scale.md §2 (ZooKeeper stopped) needs cluster
 //! mode (issue 30) and is not here yet.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

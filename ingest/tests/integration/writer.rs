@@ -1,7 +1,7 @@
 //! The group-commit writer in front of real sinks: many concurrent submitters,
 //! every acknowledged row readable afterwards, failures reported to submitters.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! Timing assertions are lower bounds (load only delays a close) plus generous upper bounds
 //! that only catch a connection held forever.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! guard on redirects and at connect time, scheduling (immediate first probe, quarter interval
 //! while not healthy, start-up spread, shutdown), and two instances sharing one PostgreSQL.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,8 +1,8 @@
 //! The OpenAPI document (`GET /api/openapi.json`): OpenAPI 3.1, every route, and identical to
 //! the reviewed snapshot in `docs/openapi.json`. An intended API change regenerates it with
-//! `UPDATE_OPENAPI=1 cargo test --test openapi` and shows in the diff.
+//! `UPDATE_OPENAPI=1 cargo test --test integration openapi::` and shows in the diff.
 
-mod common;
+use crate::common;
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -59,6 +59,6 @@ async fn the_document_is_served_and_matches_its_snapshot() {
     assert!(
         snapshot.trim_end() == text.trim_end(),
         "GET /api/openapi.json differs from docs/openapi.json; if the API change is intended, \
-         run `UPDATE_OPENAPI=1 cargo test --test openapi` and review the diff"
+         run `UPDATE_OPENAPI=1 cargo test --test integration openapi::` and review the diff"
     );
 }

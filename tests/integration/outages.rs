@@ -6,7 +6,7 @@
 //! The stores "appear", "hang" and "come back" through a TCP relay the test controls, on an
 //! address that is at first closed; behind it are the real ClickHouse and PostgreSQL.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -6,7 +6,7 @@
 //! written from memory only while memory holds it whole: another writer's record, a
 //! restarted process, a view memory forgot and a failed write each read it back.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

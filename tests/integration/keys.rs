@@ -1,7 +1,8 @@
 //! API keys (interface.md "API keys", decisions.md §8): mint once, list per user newest first,
 //! soft revoke, 404 for ids that are not the caller's, SHA-256 at rest.
 
-mod common;
+use crate::common;
+use crate::on_both_engines;
 
 use common::{is_iso_ms, parts, TestApp};
 use reqwest::StatusCode;

@@ -3,7 +3,7 @@
 //! on one PostgreSQL send each delivery once. Receivers dedup by `webhook-id` and count. The
 //! 100 are test deliveries to 10 channels of one receiver (a channel takes 10 tests a minute).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

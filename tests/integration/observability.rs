@@ -1,18 +1,32 @@
 //! Observability (decisions.md §11): Prometheus metrics on their own listener, a request id on
 //! every request, and configuration errors that name the setting.
 
-mod common;
+use crate::common;
 
-use common::{parts, spawn_with, Engine, TestApp};
+use common::{parts, spawn_with, Engine, Process};
 use reqwest::StatusCode;
 use serde_json::json;
 
-async fn scrape(app: &TestApp) -> String {
-    let url = format!(
-        "{}/metrics",
-        app.metrics.as_deref().expect("metrics listener")
-    );
-    let r = reqwest::get(url).await.expect("scrape");
+/// A server of its own, as a child process, with its metrics listener: the metrics recorder
+/// is process-wide and the other tests of this binary run servers alongside, so a test that
+/// counts needs a process of its own. Returns the process and its metrics base URL.
+async fn own_process(dir: &std::path::Path, env: &[(&str, &str)]) -> (Process, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("reserve")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut env = env.to_vec();
+    env.push(("STREAMWATCH_METRICS_LISTEN", &listen));
+    let process = Process::start(dir, &env).await;
+    (process, format!("http://{listen}"))
+}
+
+async fn scrape(metrics: &str) -> String {
+    let r = reqwest::get(format!("{metrics}/metrics"))
+        .await
+        .expect("scrape");
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.headers()["content-type"]
         .to_str()
@@ -35,10 +49,20 @@ fn sample(page: &str, series: &str) -> f64 {
 /// batch moves the ingest counters by exactly its events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_cover_every_subsystem_and_count_ingest() {
-    let app = spawn_with(Engine::Sqlite, |_| {}).await;
-    let cookie = app.user("dev@example.com").await;
-    app.stream(&cookie, "http://127.0.0.1:9/live.m3u8").await;
-    let key = app.api_key(&cookie).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let (p, metrics) = own_process(dir.path(), &[]).await;
+    let http = reqwest::Client::new();
+    let cookie = p.sign_up("dev@example.com").await;
+    let session = format!("auth.session_token={cookie}");
+    let stream = http
+        .post(p.url("/api/v1/streams"))
+        .header("cookie", &session)
+        .json(&json!({ "sourceUrl": "http://127.0.0.1:9/live.m3u8" }))
+        .send()
+        .await
+        .expect("register");
+    assert_eq!(stream.status(), StatusCode::CREATED);
+    let (key, _) = p.mint_key(&cookie).await;
     let batch = |session: &str, n: usize| {
         let events: Vec<_> = (0..n)
             .map(|i| {
@@ -49,20 +73,13 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         json!({ "apiKey": key, "sessionId": session, "events": events })
     };
     let post = |body: serde_json::Value, bearer: &str| {
-        let app = &app;
-        let bearer = bearer.to_owned();
-        async move {
-            app.http
-                .post(app.url("/api/v1/telemetry"))
-                .bearer_auth(bearer)
-                .json(&body)
-                .send()
-                .await
-                .expect("send")
-                .status()
-        }
+        let request = http
+            .post(p.url("/api/v1/telemetry"))
+            .bearer_auth(bearer)
+            .json(&body);
+        async move { request.send().await.expect("send").status() }
     };
-    let before = scrape(&app).await;
+    let before = scrape(&metrics).await;
     let accepted = r#"streamwatch_telemetry_events_total{outcome="accepted"}"#;
     let batches = r#"streamwatch_telemetry_batches_total{outcome="accepted"}"#;
     assert_eq!(post(batch("m-1", 7), &key).await, StatusCode::NO_CONTENT);
@@ -80,40 +97,39 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         StatusCode::BAD_REQUEST
     );
     // Sign-in outcomes.
-    let wrong = app
-        .post(
-            "/api/auth/sign-in/email",
-            None,
-            json!({ "email": "dev@example.com", "password": "not-the-password" }),
-        )
-        .await;
+    let wrong = http
+        .post(p.url("/api/auth/sign-in/email"))
+        .json(&json!({ "email": "dev@example.com", "password": "not-the-password" }))
+        .send()
+        .await
+        .expect("sign in");
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     // An alert delivery to a port nothing listens on: one attempt, rescheduled.
-    let channel: serde_json::Value = app
-        .post(
-            "/api/v1/alerts/channels",
-            Some(&cookie),
-            json!({ "name": "m", "type": "webhook", "url": "http://127.0.0.1:9/hook" }),
-        )
+    let channel: serde_json::Value = http
+        .post(p.url("/api/v1/alerts/channels"))
+        .header("cookie", &session)
+        .json(&json!({ "name": "m", "type": "webhook", "url": "http://127.0.0.1:9/hook" }))
+        .send()
         .await
+        .expect("channel")
         .json()
         .await
         .expect("json");
-    let test = app
-        .post(
-            &format!(
-                "/api/v1/alerts/channels/{}/test",
-                channel["id"].as_str().expect("id")
-            ),
-            Some(&cookie),
-            json!({}),
-        )
-        .await;
+    let test = http
+        .post(p.url(&format!(
+            "/api/v1/alerts/channels/{}/test",
+            channel["id"].as_str().expect("id")
+        )))
+        .header("cookie", &session)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("test");
     assert_eq!(test.status(), StatusCode::ACCEPTED);
     // The probe, sampled and alert families appear on their own schedule; give them a moment.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let page = loop {
-        let page = scrape(&app).await;
+        let page = scrape(&metrics).await;
         if page.contains("streamwatch_probes_total{")
             && page.contains("streamwatch_streams{")
             && page.contains("streamwatch_alert_deliveries_total{")
@@ -127,9 +143,9 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    // Deltas: metrics are process-wide and other tests of this binary run alongside.
-    assert!(sample(&page, accepted) - sample(&before, accepted) >= 10.0);
-    assert!(sample(&page, batches) - sample(&before, batches) >= 2.0);
+    // The process is this test's alone: exactly its two accepted batches of 7 and 3 events.
+    assert_eq!(sample(&page, accepted) - sample(&before, accepted), 10.0);
+    assert_eq!(sample(&page, batches) - sample(&before, batches), 2.0);
     for family in [
         "streamwatch_http_requests_total{",
         "streamwatch_http_request_duration_seconds_bucket{",
@@ -178,25 +194,31 @@ async fn metrics_cover_every_subsystem_and_count_ingest() {
 /// wrote by source, the views held in memory and the time of its last good step move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qoe_refresher_metrics_count_views_written_from_memory_on_clickhouse() {
-    let app = spawn_with(Engine::Sqlite, |c| {
-        c.clickhouse_url = Some(
-            std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into()),
-        );
-        c.clickhouse_database = common::test_db_name();
-        c.qoe_refresh = std::time::Duration::from_millis(200);
-    })
+    let dir = tempfile::tempdir().expect("dir");
+    let clickhouse =
+        std::env::var("CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into());
+    let database = common::test_db_name();
+    let (p, metrics) = own_process(
+        dir.path(),
+        &[
+            ("CLICKHOUSE_URL", &clickhouse),
+            ("CLICKHOUSE_DATABASE", &database),
+            ("STREAMWATCH_QOE_REFRESH", "200ms"),
+            // The direct path, as every in-process test server (the spool has its own tests).
+            ("STREAMWATCH_SPOOL", "off"),
+        ],
+    )
     .await;
-    let cookie = app.user("qoe-metrics@example.com").await;
-    let key = app.api_key(&cookie).await;
+    let cookie = p.sign_up("qoe-metrics@example.com").await;
+    let (key, _) = p.mint_key(&cookie).await;
     let live = r#"streamwatch_qoe_refresh_views_total{source="live"}"#;
-    let before = scrape(&app).await;
+    let before = scrape(&metrics).await;
     let posted_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs_f64();
-    let status = app
-        .http
-        .post(app.url("/api/v1/telemetry"))
+    let status = reqwest::Client::new()
+        .post(p.url("/api/v1/telemetry"))
         .bearer_auth(&key)
         .json(&json!({ "apiKey": key, "sessionId": "live-1", "events": [
             { "type": "playback_pause", "ts": "2026-11-21T10:00:00.000Z",
@@ -211,7 +233,7 @@ async fn qoe_refresher_metrics_count_views_written_from_memory_on_clickhouse() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let page = loop {
-        let page = scrape(&app).await;
+        let page = scrape(&metrics).await;
         if sample(&page, live) > sample(&before, live)
             && sample(
                 &page,

@@ -103,8 +103,9 @@ async fn spool_child_holds_the_lock() {
     std::future::pending::<()>().await;
 }
 
-/// Re-executes this test binary as `child` with `env`; its stdout lines come
-/// through the returned channel.
+/// Re-executes this test binary as `child` (the test's whole name,
+/// `spool::<test>`) with `env`; its stdout lines come through the returned
+/// channel.
 fn spawn_child(child: &str, env: &[(&str, &std::ffi::OsStr)]) -> (Child, mpsc::Receiver<String>) {
     let mut process = Command::new(std::env::current_exe().expect("exe"))
         .args(["--exact", child, "--nocapture", "--test-threads", "1"])
@@ -150,7 +151,7 @@ async fn acknowledged_records_survive_sigkill_and_acknowledged_removals_stay_rem
     .enumerate()
     {
         let (mut child, lines) = spawn_child(
-            "spool_child_appends_and_drains",
+            "spool::spool_child_appends_and_drains",
             &[
                 (CHILD_DIR_ENV, dir.path().as_os_str()),
                 ("INGEST_SPOOL_CHILD_DRAIN", drain.as_ref()),
@@ -235,7 +236,7 @@ async fn acknowledged_records_survive_sigkill_and_acknowledged_removals_stay_rem
 async fn a_second_process_cannot_open_the_directory_until_the_first_dies() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut child, lines) = spawn_child(
-        "spool_child_holds_the_lock",
+        "spool::spool_child_holds_the_lock",
         &[("INGEST_SPOOL_LOCK_CHILD_DIR", dir.path().as_os_str())],
     );
     while next_line(&lines) != "OPEN" {}

@@ -1,7 +1,8 @@
 //! Streams routes (interface.md "Streams", decisions.md §5): upsert, defaults, validation,
 //! the SSRF guard at registration, list order and size, read, rename.
 
-mod common;
+use crate::common;
+use crate::on_both_engines;
 
 use common::{is_iso_ms, parts, spawn_with, Body, Engine, TestApp};
 use reqwest::{Method, StatusCode};

@@ -2,7 +2,7 @@
 //! the group-commit writer and prints each acknowledged one; the parent kills it
 //! with SIGKILL mid-way, reopens the database and finds every acknowledged batch.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -54,7 +54,7 @@ async fn survives_sigkill(durability: &str) {
     let mut child = Command::new(std::env::current_exe().expect("exe"))
         .args([
             "--exact",
-            "crash_child_writer",
+            "crash::crash_child_writer",
             "--nocapture",
             "--test-threads",
             "1",

@@ -2,7 +2,8 @@
 //! relational store's migrations (the one runner's checksums, the upgrade of a database from
 //! before them).
 
-mod common;
+use crate::common;
+use crate::on_both_engines;
 
 use common::{parts, set_cookie_header, Body, TestApp};
 use reqwest::{Method, StatusCode};

@@ -4,7 +4,7 @@
 //! in-Rust reference implementation of analytics.md §2–§4. The queries are drawn at
 //! random from a seeded generator (a property test over random fleets and queries).
 
-mod common;
+use crate::common;
 
 use analytics::fleet::{Fleet, FleetConfig};
 use analytics::query::{

@@ -1,7 +1,7 @@
 //! The storage interface for telemetry writes and its error type (every read of
 //! telemetry, and its read models, are the `analytics` crate's). Implementations: [`clickhouse::ClickHouseSink`] and
 //! [`sqlite::SqliteSink`]; both pass the same conformance suite
-//! (`ingest/tests/conformance.rs`).
+//! (`ingest/tests/integration/conformance.rs`).
 
 pub mod clickhouse;
 pub mod sqlite;

@@ -1,10 +1,10 @@
 //! The spool's drainer (scale.md §3): moves spooled batches into ClickHouse in order, many
 //! per insert, and removes them from the spool only once ClickHouse acknowledged them.
 //!
-//! One loop, oldest batches first, at most two inserts in flight:
+//! One loop, oldest batches first, at most [`IN_FLIGHT`] inserts in flight (one: see there):
 //! 1. while the store's breaker is closed (a write would fail at once otherwise), peek up
 //!    to [`PEEK_BATCHES`] batches / [`PEEK_BYTES`] bytes after those already in flight (the
-//!    memory it holds: two such peeks);
+//!    memory it holds: one such peek per insert in flight);
 //! 2. insert their rows and records as one write through the batch writer (the same rows
 //!    and dedup key as a request's write: a batch inserted twice — the process died
 //!    between the insert and the removal — is collapsed like a retried request);
@@ -29,9 +29,11 @@ use tokio::sync::watch;
 
 use super::Spooling;
 
-/// Inserts in flight at once: the next peek and its decoding overlap the insert before it,
-/// and ClickHouse runs two inserts in parallel (its sink's preference).
-const IN_FLIGHT: usize = 2;
+/// Inserts in flight at once. With 2, the next peek and its decoding overlap the insert
+/// before it and the outage run's catch-up was 1.8× faster, but the peeks share the spool's
+/// one thread with the appends, and under that load 0.5 % of batches missed the 1.5 s
+/// deadline (docs/benchmarks.md, "Spool on the service path"): acknowledging comes first.
+const IN_FLIGHT: usize = 1;
 /// Most batches in one insert.
 pub const PEEK_BATCHES: usize = 20_000;
 /// Most spooled bytes in one insert (their rows take about as much again in memory).

@@ -75,9 +75,16 @@ pub struct Config {
     #[arg(long, env = "DATABASE_URL", value_parser = parse_database_url)]
     pub database_url: Option<DatabaseUrl>,
 
-    /// ClickHouse HTTP endpoint for telemetry; empty means the embedded SQLite telemetry store.
-    #[arg(long, env = "CLICKHOUSE_URL", value_parser = parse_http_url)]
+    /// ClickHouse HTTP endpoint for telemetry, or several comma-separated ones serving the
+    /// same data (replicas, nodes of one cluster), with failover between them; empty means
+    /// the embedded SQLite telemetry store.
+    #[arg(long, env = "CLICKHOUSE_URL", value_parser = parse_http_urls)]
     pub clickhouse_url: Option<String>,
+
+    /// Name of a cluster in the ClickHouse servers' `remote_servers`: the telemetry tables
+    /// are then replicated and distributed over it (scale.md §2). Empty: one server.
+    #[arg(long, env = "CLICKHOUSE_CLUSTER", default_value = "", value_parser = parse_cluster)]
+    pub clickhouse_cluster: String,
 
     /// ClickHouse database for telemetry tables (created if missing).
     #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "streamwatch")]
@@ -197,6 +204,7 @@ impl fmt::Debug for Config {
             .field("data_dir", &self.data_dir)
             .field("database_url", &self.database_url)
             .field("clickhouse_url", &self.clickhouse_url)
+            .field("clickhouse_cluster", &self.clickhouse_cluster)
             .field("clickhouse_database", &self.clickhouse_database)
             .field("clickhouse_user", &self.clickhouse_user)
             .field("clickhouse_password", &"<redacted>")
@@ -497,6 +505,25 @@ fn parse_database_url(s: &str) -> Result<DatabaseUrl, String> {
         Ok(DatabaseUrl::Sqlite(s.to_string()))
     } else {
         Err("expected a postgres://… or sqlite://… URL".into())
+    }
+}
+
+/// One or more http(s) URLs, comma-separated, each without a trailing `/`.
+fn parse_http_urls(s: &str) -> Result<String, String> {
+    let urls = s
+        .split(',')
+        .map(|u| parse_http_url(u.trim()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| "expected one or more comma-separated http(s):// URLs".to_owned())?;
+    Ok(urls.join(","))
+}
+
+/// A cluster name as the servers' `remote_servers` spell it (an SQL identifier).
+fn parse_cluster(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(s.to_owned())
+    } else {
+        Err("expected a cluster name of [A-Za-z0-9_]".into())
     }
 }
 

@@ -4,7 +4,8 @@
 //! * [`startup`] — opens the stores, spawns background tasks, serves.
 //! * [`http`] — the only axum code: router, handlers, error mapping, pages, `/metrics`.
 //! * [`accounts`], [`streams`], [`keys`], [`probes`], [`waitlist`] — domain types and storage.
-//! * [`telemetry`] — accepting a telemetry batch: its write, its live views, its outcome.
+//! * [`telemetry`] — accepting a telemetry batch: its write (or its spooling), its live views,
+//!   its outcome; the spool's drainer into ClickHouse.
 //! * [`alerts`] — alert rules, their evaluation, incidents, channels, the outbox and its sender.
 //! * [`prober`] — scheduled HLS/DASH probes: fetch through the guard, check, classify.
 //! * [`ssrf`] — the guard shared by registration, every probe and every alert delivery.

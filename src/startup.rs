@@ -485,10 +485,18 @@ type TelemetryStore = (
 );
 
 async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
-    let timing = SupervisorTiming::default();
+    let mut timing = SupervisorTiming::default();
     match &config.clickhouse_url {
         Some(url) => {
             let mut ch = ClickHouseConfig::new(url.clone(), config.clickhouse_database.clone());
+            ch.cluster = Some(config.clickhouse_cluster.clone()).filter(|c| !c.is_empty());
+            if ch.cluster.is_some() {
+                // ON CLUSTER DDL waits for every node (up to the servers'
+                // distributed_ddl_task_timeout, 180 s): a migration in progress is not cut.
+                timing.connect_timeout = timing
+                    .connect_timeout
+                    .max(std::time::Duration::from_secs(200));
+            }
             ch.user = Some(config.clickhouse_user.clone());
             ch.password = Some(config.clickhouse_password.clone()).filter(|p| !p.is_empty());
             // Two writes in flight, as ClickHouseSink prefers.

@@ -39,8 +39,8 @@ pub mod writer;
 
 pub use row::{BatchRecord, EventRow, SinkWrite};
 pub use sink::{
-    ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health, SinkError,
-    SqliteOptions, SqliteSink, SupervisedSink, SupervisorTiming,
+    ChClient, ClickHouseConfig, ClickHouseSink, Connector, Durability, EventSink, Health,
+    SinkError, SqliteOptions, SqliteSink, SupervisedSink, SupervisorTiming,
 };
 pub use ua::{UaCache, UaClass};
 pub use validate::{

@@ -1,8 +1,8 @@
-//! Transitions. A stream rule is evaluated in the transaction that records a probe, from the
+//! Transitions. A stream rule is evaluated after each probe (in transactions of its own), from the
 //! stream's consecutive not-playable / playable counts (decisions.md v1.1 §6); QoE rules and
-//! reminders on a schedule. Each transition is one conditional write (open: an insert the
-//! unique index of open incidents admits once; resolve: an update of a row still firing), so
-//! with several instances each is recorded, and its outbox rows written, exactly once.
+//! reminders on a schedule. Opening and resolving an incident is [`super::incidents`]'s: one
+//! conditional write each, so with several instances each transition is recorded, and its
+//! outbox rows written, exactly once.
 //! Evaluation works from state, not from the probe that crossed the line: a transition missed
 //! (a crash, a rule created while a stream was already down) happens at the next evaluation.
 
@@ -13,11 +13,12 @@ use analytics::{Filters, TimeRange};
 use sqlx::AnyConnection;
 use tokio::sync::watch;
 
-use super::model::{Incident, QoeCondition, RuleRow, INCIDENT_COLUMNS, RULE_COLUMNS};
+use super::incidents::{open, resolve, Opening};
+use super::model::{QoeCondition, RuleRow, RULE_COLUMNS};
 use super::{duration, outbox, Alerts};
-use crate::db::{Db, DbError, Engine};
+use crate::db::{Db, DbError};
 use crate::states::{CompareOp, DeliveryEvent};
-use crate::time::{new_id, now_ms};
+use crate::time::now_ms;
 
 /// A probe just recorded, as the stream rules see it.
 pub struct ProbeFacts<'a> {
@@ -114,115 +115,6 @@ pub async fn on_probe(db: &Db, p: &ProbeFacts<'_>, s: &StreamFacts) -> Result<()
             tx.commit().await?;
         }
     }
-    Ok(())
-}
-
-struct Opening<'a> {
-    user_id: &'a str,
-    rule_id: &'a str,
-    rule_name: &'a str,
-    kind: &'a str,
-    /// The stream id, or `""` for a QoE rule: one open incident per rule and target.
-    target: &'a str,
-    /// `(id, sourceUrl, name)` of the stream.
-    stream: Option<(&'a str, &'a str, &'a str)>,
-    detail: &'a str,
-    at: i64,
-}
-
-/// Opens an incident unless one of this rule and target is open; its id when this call did.
-async fn open(tx: &mut AnyConnection, o: &Opening<'_>) -> Result<Option<String>, DbError> {
-    let id = new_id();
-    let done = sqlx::query(
-        "INSERT INTO alert_incidents (id, user_id, rule_id, rule_name, kind, target, stream_id, \
-             source_url, stream_name, state, fired_at, detail, reminded_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'firing', $10, $11, $10) \
-         ON CONFLICT (rule_id, target) WHERE state = 'firing' DO NOTHING",
-    )
-    .bind(&id)
-    .bind(o.user_id)
-    .bind(o.rule_id)
-    .bind(o.rule_name)
-    .bind(o.kind)
-    .bind(o.target)
-    .bind(o.stream.map(|s| s.0))
-    .bind(o.stream.map(|s| s.1))
-    .bind(o.stream.map(|s| s.2))
-    .bind(o.at)
-    .bind(o.detail)
-    .execute(&mut *tx)
-    .await?;
-    Ok((done.rows_affected() == 1).then_some(id))
-}
-
-/// Resolves the open incident of this rule and target, if any; its id when this call did.
-async fn resolve(
-    tx: &mut AnyConnection,
-    rule_id: &str,
-    target: &str,
-    at: i64,
-) -> Result<Option<String>, DbError> {
-    let row: Option<(String,)> = sqlx::query_as(
-        "UPDATE alert_incidents SET state = 'resolved', resolved_at = $1 \
-         WHERE rule_id = $2 AND target = $3 AND state = 'firing' RETURNING id",
-    )
-    .bind(at)
-    .bind(rule_id)
-    .bind(target)
-    .fetch_optional(&mut *tx)
-    .await?;
-    Ok(row.map(|(id,)| id))
-}
-
-/// Resolves (and notifies) every open incident of a rule: the rule is being deleted or
-/// disabled, so nothing would ever resolve them.
-pub async fn resolve_all_of_rule(
-    tx: &mut AnyConnection,
-    engine: Engine,
-    rule_id: &str,
-    at: i64,
-) -> Result<(), DbError> {
-    let open: Vec<(String,)> = sqlx::query_as(
-        "UPDATE alert_incidents SET state = 'resolved', resolved_at = $1 \
-         WHERE rule_id = $2 AND state = 'firing' RETURNING id",
-    )
-    .bind(at)
-    .bind(rule_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id,) in open {
-        outbox::notify(tx, engine, rule_id, &id, DeliveryEvent::Resolved, at).await?;
-    }
-    Ok(())
-}
-
-/// A stream is being deleted (by anyone: streams are shared): its open incidents resolve
-/// (notified as `incident.resolved` with the detail `stream deleted`), and every rule bound to
-/// it, any user's, stays listed but disabled with `disabledReason: "stream deleted"`
-/// (decisions.md §14), in the deletion's transaction.
-pub async fn on_stream_deleted(
-    tx: &mut AnyConnection,
-    engine: Engine,
-    stream_id: &str,
-    at: i64,
-) -> Result<(), DbError> {
-    let open: Vec<(String, String)> = sqlx::query_as(
-        "UPDATE alert_incidents SET state = 'resolved', resolved_at = $1, detail = $3 \
-         WHERE stream_id = $2 AND state = 'firing' RETURNING id, rule_id",
-    )
-    .bind(at)
-    .bind(stream_id)
-    .bind(super::payload::STREAM_DELETED)
-    .fetch_all(&mut *tx)
-    .await?;
-    for (id, rule_id) in open {
-        outbox::notify(tx, engine, &rule_id, &id, DeliveryEvent::Resolved, at).await?;
-    }
-    sqlx::query("UPDATE alert_rules SET enabled = 0, disabled_reason = $1 WHERE stream_id = $2")
-        .bind(super::rules::STREAM_DELETED)
-        .bind(stream_id)
-        .execute(&mut *tx)
-        .await?;
     Ok(())
 }
 
@@ -382,58 +274,6 @@ impl Alerts {
         }
         Ok(())
     }
-
-    /// The caller's incidents, newest `firedAt` first.
-    pub async fn incidents(
-        &self,
-        user_id: &str,
-        f: &IncidentFilter,
-    ) -> Result<Vec<Incident>, DbError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT {INCIDENT_COLUMNS} FROM alert_incidents WHERE user_id = $1 \
-               AND ($2 IS NULL OR state = $2) AND ($3 IS NULL OR rule_id = $3) \
-               AND ($4 IS NULL OR fired_at < $4) \
-             ORDER BY fired_at DESC, seq DESC LIMIT $5"
-        ))
-        .bind(user_id)
-        .bind(f.state.map(|s| s.as_str()))
-        .bind(f.rule_id.as_deref())
-        .bind(f.before)
-        .bind(f.limit)
-        .fetch_all(&self.db.pool)
-        .await?)
-    }
-}
-
-/// Incidents by id, in the order of `ids` (any owner: the sender's view of a delivery).
-pub(crate) async fn incidents_by_id(
-    conn: &mut AnyConnection,
-    ids: &[String],
-) -> Result<Vec<Incident>, DbError> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(200) {
-        let list = (1..=chunk.len())
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!("SELECT {INCIDENT_COLUMNS} FROM alert_incidents WHERE id IN ({list})");
-        let mut q = sqlx::query_as::<_, Incident>(&sql);
-        for id in chunk {
-            q = q.bind(id);
-        }
-        out.extend(q.fetch_all(&mut *conn).await?);
-    }
-    out.sort_by_key(|i| ids.iter().position(|x| *x == i.id));
-    Ok(out)
-}
-
-/// A filter of the incident list.
-#[derive(Clone, Debug, Default)]
-pub struct IncidentFilter {
-    pub state: Option<crate::states::IncidentState>,
-    pub rule_id: Option<String>,
-    pub before: Option<i64>,
-    pub limit: i64,
 }
 
 /// Runs the scheduled evaluation every `every` until `stop`.

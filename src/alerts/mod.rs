@@ -5,8 +5,10 @@
 //! Module map:
 //! - [`model`]: the rows (channel, rule, incident, delivery) and their decoding;
 //! - [`channels`], [`rules`]: create, read, change, delete (each user's own);
-//! - [`evaluate`]: stream rules in the probe's transaction, QoE rules and reminders on a
-//!   schedule; each transition writes its outbox rows in its own transaction;
+//! - [`evaluate`]: stream rules after each probe, QoE rules and reminders on a schedule;
+//! - [`incidents`]: opening and resolving incidents (each transition writes its outbox rows
+//!   in its own transaction), on a probe, a rule switched off or deleted, a stream deleted;
+//!   listing them;
 //! - [`outbox`]: grouping notifications per channel into deliveries, claiming due ones,
 //!   recording each attempt;
 //! - [`payload`]: what each channel type receives, Standard Webhooks signatures;
@@ -17,6 +19,7 @@
 pub mod channels;
 pub mod duration;
 pub mod evaluate;
+pub mod incidents;
 pub mod model;
 pub mod outbox;
 pub mod payload;

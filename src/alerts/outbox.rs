@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::model::{Delivery, Incident, DELIVERY_COLUMNS};
+use super::model::{Delivery, Incident, DELIVERY_COLUMNS, INCIDENT_COLUMNS};
 use super::{new_webhook_id, AlertError, Alerts};
 use crate::db::{Db, DbError, Engine};
 use crate::states::{DeliveryEvent, DeliveryStatus};
@@ -370,7 +370,7 @@ where
         ))
     })?;
     let ids = incident_ids(&mut tx, delivery_id).await?;
-    let incidents = super::evaluate::incidents_by_id(&mut tx, &ids).await?;
+    let incidents = incidents_by_id(&mut tx, &ids).await?;
     let body = build(event, &incidents);
     sqlx::query("UPDATE alert_deliveries SET body = $1 WHERE id = $2")
         .bind(&body)
@@ -379,6 +379,28 @@ where
         .await?;
     tx.commit().await?;
     Ok(body)
+}
+
+/// Incidents by id, in the order of `ids` (any owner: the sender's view of a delivery).
+async fn incidents_by_id(
+    conn: &mut AnyConnection,
+    ids: &[String],
+) -> Result<Vec<Incident>, DbError> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(200) {
+        let list = (1..=chunk.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("SELECT {INCIDENT_COLUMNS} FROM alert_incidents WHERE id IN ({list})");
+        let mut q = sqlx::query_as::<_, Incident>(&sql);
+        for id in chunk {
+            q = q.bind(id);
+        }
+        out.extend(q.fetch_all(&mut *conn).await?);
+    }
+    out.sort_by_key(|i| ids.iter().position(|x| *x == i.id));
+    Ok(out)
 }
 
 /// One delivery of a user, on `conn` (a transaction's, to read what it wrote).

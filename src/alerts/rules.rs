@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::model::{QoeCondition, Rule, RuleRow, RULE_COLUMNS};
-use super::{evaluate, AlertError, Alerts};
+use super::{incidents, AlertError, Alerts};
 use crate::states::{CompareOp, RuleKind, RuleState};
 use crate::time::{new_id, now_ms};
 use crate::validation::FieldErrors;
@@ -19,8 +19,6 @@ pub const MIN_VIEWS_DEFAULT: i64 = 25;
 pub const REMIND_MIN_MS: i64 = 300_000;
 /// Rules one user may have (decisions.md §14).
 pub const MAX_RULES_PER_USER: i64 = 200;
-/// `disabledReason` of a rule whose stream was deleted.
-pub const STREAM_DELETED: &str = "stream deleted";
 
 /// A rule's writable fields as a request gives them (`None` = not given). `stream_id` and
 /// `remind_every_ms` distinguish "not given" from "null".
@@ -309,7 +307,7 @@ impl Alerts {
         let mut tx = self.db.pool.begin().await?;
         // Switched off: nothing would ever resolve its open incidents, so they resolve now.
         if current.enabled && !s.enabled {
-            evaluate::resolve_all_of_rule(&mut tx, self.db.engine, id, now).await?;
+            incidents::resolve_all_of_rule(&mut tx, self.db.engine, id, now).await?;
         }
         let q = s.qoe.as_ref();
         let threshold = NullableF64(q.map(|q| q.threshold));
@@ -350,7 +348,7 @@ impl Alerts {
     pub async fn delete_rule(&self, user_id: &str, id: &str) -> Result<(), AlertError> {
         self.rule(user_id, id).await?;
         let mut tx = self.db.pool.begin().await?;
-        evaluate::resolve_all_of_rule(&mut tx, self.db.engine, id, now_ms()).await?;
+        incidents::resolve_all_of_rule(&mut tx, self.db.engine, id, now_ms()).await?;
         sqlx::query("DELETE FROM alert_rules WHERE id = $1 AND user_id = $2")
             .bind(id)
             .bind(user_id)

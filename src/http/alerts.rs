@@ -16,7 +16,7 @@ use super::extract::{object, RowId, SessionUser, SmallBody};
 use super::query::{int_in_range, invalid_enum, timestamp, QueryPairs};
 use super::AppState;
 use crate::alerts::channels::{ChannelChange, NewChannel, GROUP_WINDOW_MAX_MS, MSG_INVALID_URL};
-use crate::alerts::evaluate::IncidentFilter;
+use crate::alerts::incidents::IncidentFilter;
 use crate::alerts::outbox::DeliveryFilter;
 use crate::alerts::payload::IncidentBody;
 use crate::alerts::rules::{RuleInput, REMIND_MIN_MS, WINDOW_MAX_MS, WINDOW_MIN_MS};

@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 document of every route, generated from the typed requests and responses
 //! of the handlers (`#[utoipa::path]` on each), served at `GET /api/openapi.json`.
-//! `tests/openapi.rs` keeps a snapshot of it, so a change of the API shows in review.
+//! `tests/integration/openapi.rs` keeps a snapshot of it, so a change of the API shows in review.
 
 use axum::http::header;
 use axum::response::IntoResponse;

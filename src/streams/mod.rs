@@ -211,7 +211,7 @@ impl Streams {
     /// watched only this stream go with it.
     pub async fn delete(&self, id: &str) -> Result<(), StreamError> {
         let mut tx = self.db.pool.begin().await?;
-        crate::alerts::evaluate::on_stream_deleted(&mut tx, self.db.engine, id, now_ms()).await?;
+        crate::alerts::incidents::on_stream_deleted(&mut tx, self.db.engine, id, now_ms()).await?;
         let done = sqlx::query("DELETE FROM streams WHERE id = $1")
             .bind(id)
             .execute(&mut *tx)

@@ -154,9 +154,17 @@ impl Refresher {
         }
         match &self.store.engine {
             Engine::ClickHouse(ch) => {
-                clickhouse::ChRefresh::new(ch.client.clone())
-                    .step(&mut self.state, &self.config, self.live.as_deref())
-                    .await
+                let pinned = ch.client.pinned();
+                let step =
+                    clickhouse::ChRefresh::new(pinned.client.clone(), ch.client.is_cluster())
+                        .step(&mut self.state, &self.config, self.live.as_deref())
+                        .await;
+                match &step {
+                    Ok(_) => ch.client.served(&pinned),
+                    Err(e) if e.is_retryable() => ch.client.failed(&pinned, e),
+                    Err(_) => {}
+                }
+                step
             }
             Engine::Sqlite(sq) => {
                 sqlite::SqliteRefresh::new(sq.clone())

@@ -126,7 +126,7 @@ impl ChStore {
     ) -> Result<EventsPage, AnalyticsError> {
         let (ts, t) = after.map_or((BEFORE_ANY_TS, ""), |c| (c.ts_ms, c.event_type.as_str()));
         // One row more than a page: whether a next page exists.
-        let mut cursor = self
+        let rows = self
             .client
             .query(
                 "SELECT ts, type, payload FROM telemetry_events FINAL \
@@ -139,10 +139,11 @@ impl ChStore {
             .bind(ts)
             .bind(t)
             .bind(limits.events.max(1) as u64 + 1)
-            .fetch::<PageRow>()
+            .fetch_all::<PageRow>()
+            .await
             .map_err(super::clickhouse::map_err)?;
         let mut fill = PageFill::new(limits);
-        while let Some(r) = cursor.next().await.map_err(super::clickhouse::map_err)? {
+        for r in rows {
             let e = StoredEvent {
                 event_type: event_type(&r.event_type)?,
                 ts_ms: r.ts,

@@ -226,9 +226,9 @@ impl Store {
     /// A ClickHouse store on `client` (database selected), e.g.
     /// `ClickHouseConfig::client()` (no connection is made until a call) or
     /// `ClickHouseSink::client().clone()`. The tables are created by the sink's migrations.
-    pub fn clickhouse(client: ::clickhouse::Client) -> Self {
+    pub fn clickhouse(client: impl Into<ingest::ChClient>) -> Self {
         Store {
-            engine: Engine::ClickHouse(Box::new(ChStore::new(client))),
+            engine: Engine::ClickHouse(Box::new(ChStore::new(client.into()))),
             guard: None,
         }
     }

@@ -1,7 +1,7 @@
 //! The storage interface for telemetry writes and its error type (every read of
 //! telemetry, and its read models, are the `analytics` crate's). Implementations: [`clickhouse::ClickHouseSink`] and
 //! [`sqlite::SqliteSink`]; both pass the same conformance suite
-//! (`ingest/tests/conformance.rs`).
+//! (`ingest/tests/integration/conformance.rs`).
 
 pub mod clickhouse;
 pub mod sqlite;
@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::row::{EventRow, SinkWrite};
 
-pub use self::clickhouse::{ClickHouseConfig, ClickHouseSink};
+pub use self::clickhouse::{ChClient, ClickHouseConfig, ClickHouseSink};
 pub use self::sqlite::{Durability, SqliteOptions, SqliteSink};
 pub use self::supervised::{Connector, Health, SupervisedSink, SupervisorTiming};
 

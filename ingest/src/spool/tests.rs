@@ -1,6 +1,6 @@
 //! Unit tests of the spool: group commit (with the thread held by a gate, so that
 //! what is queued is known), the memory budget, order, limits, reopening, and a
-//! record whose checksum fails. File damage and SIGKILL are in tests/spool.rs.
+//! record whose checksum fails. File damage and SIGKILL are in tests/integration/spool.rs.
 
 use super::*;
 

@@ -8,54 +8,17 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 
-use super::fmt::{self, When};
-use super::streams::Choice;
-use super::{render, Frame, PageError, Section};
+use super::{fmt, render, Choice, FeedRow, Frame, PageError, Section};
 use crate::http::agents::feed_query;
 use crate::http::error::ApiError;
 use crate::http::extract::SessionUser;
 use crate::http::query::QueryPairs;
 use crate::http::AppState;
-use crate::probes::agent::{self, AgentItem, FeedError};
+use crate::probes::agent::{self, FeedError};
 use crate::states::Severity;
 
 /// Items per page.
 const PAGE_SIZE: i64 = 50;
-
-/// One feed item as a table row.
-pub struct FeedRow {
-    pub at: When,
-    pub stream_id: String,
-    pub stream_name: String,
-    pub severity: &'static str,
-    pub badge: &'static str,
-    pub anomaly: &'static str,
-    pub latency: String,
-    /// What this probe found: its own `detail` and latency (decisions.md §15), never the
-    /// stream's current `lastAction`, which the JSON feed's `fix` repeats on every item.
-    pub found: String,
-    pub action: &'static str,
-}
-
-impl From<AgentItem> for FeedRow {
-    fn from(a: AgentItem) -> Self {
-        FeedRow {
-            at: When::at(a.created_at),
-            severity: a.severity.as_str(),
-            badge: match a.severity {
-                Severity::Info => "badge-healthy",
-                Severity::Warn => "badge-degraded",
-                Severity::Critical => "badge-failing",
-            },
-            anomaly: a.anomaly_class.as_str(),
-            latency: fmt::ms(Some(a.latency_ms as f64)),
-            found: format!("{} ({})", a.detail, fmt::ms(Some(a.latency_ms as f64))),
-            action: a.action,
-            stream_id: a.stream_id,
-            stream_name: a.stream_name,
-        }
-    }
-}
 
 #[derive(Template)]
 #[template(path = "agents.html")]

@@ -12,9 +12,8 @@ use axum::response::Response;
 use axum::Extension;
 
 use super::fmt::{self, When};
-use super::streams::Choice;
-use super::{render, Frame, PageError, Section};
-use crate::alerts::evaluate::IncidentFilter;
+use super::{render, Choice, Frame, PageError, Section};
+use crate::alerts::incidents::IncidentFilter;
 use crate::alerts::outbox::DeliveryFilter;
 use crate::alerts::{duration, AlertError, Channel, Rule};
 use crate::http::extract::SessionUser;

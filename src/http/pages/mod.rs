@@ -6,6 +6,9 @@
 //! Handlers stay thin: they call the domain functions the JSON routes call and turn the
 //! answers into view models of ready-to-print strings ([`fmt`]), so templates hold no logic
 //! beyond loops and conditions.
+//!
+//! The frame, the error page and the view models several pages show (a filter menu's
+//! [`Choice`], an agent feed's [`FeedRow`]) live here, below every page.
 
 pub mod account;
 pub mod agents;
@@ -29,8 +32,11 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use self::fmt::When;
 use super::extract::{foreign_origin, session_cookie, set_cookie, SessionUser};
 use super::AppState;
+use crate::probes::agent::AgentItem;
+use crate::states::Severity;
 
 /// The dashboard's routes: the gated `/app/…` pages and the open account pages.
 pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
@@ -119,6 +125,48 @@ impl Frame {
                 current: s == self.section,
             })
             .collect()
+    }
+}
+
+/// An option of a filter menu.
+pub struct Choice {
+    pub value: String,
+    pub label: String,
+    pub selected: bool,
+}
+
+/// One feed item as a table row.
+pub struct FeedRow {
+    pub at: When,
+    pub stream_id: String,
+    pub stream_name: String,
+    pub severity: &'static str,
+    pub badge: &'static str,
+    pub anomaly: &'static str,
+    pub latency: String,
+    /// What this probe found: its own `detail` and latency (decisions.md §15), never the
+    /// stream's current `lastAction`, which the JSON feed's `fix` repeats on every item.
+    pub found: String,
+    pub action: &'static str,
+}
+
+impl From<AgentItem> for FeedRow {
+    fn from(a: AgentItem) -> Self {
+        FeedRow {
+            at: When::at(a.created_at),
+            severity: a.severity.as_str(),
+            badge: match a.severity {
+                Severity::Info => "badge-healthy",
+                Severity::Warn => "badge-degraded",
+                Severity::Critical => "badge-failing",
+            },
+            anomaly: a.anomaly_class.as_str(),
+            latency: fmt::ms(Some(a.latency_ms as f64)),
+            found: format!("{} ({})", a.detail, fmt::ms(Some(a.latency_ms as f64))),
+            action: a.action,
+            stream_id: a.stream_id,
+            stream_name: a.stream_name,
+        }
     }
 }
 

@@ -13,8 +13,7 @@ use axum::Extension;
 
 use super::fmt;
 use super::overview::{qoe_tiles, Tile};
-use super::streams::Choice;
-use super::{render, Frame, PageError, Section};
+use super::{render, Choice, Frame, PageError, Section};
 use crate::http::extract::SessionUser;
 use crate::http::query::QueryPairs;
 use crate::http::AppState;

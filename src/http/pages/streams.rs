@@ -10,9 +10,8 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 
-use super::agents::FeedRow;
 use super::fmt::{self, When};
-use super::{render, Frame, PageError, Section};
+use super::{render, Choice, FeedRow, Frame, PageError, Section};
 use crate::http::extract::{RowId, SessionUser};
 use crate::http::query::QueryPairs;
 use crate::http::AppState;
@@ -140,13 +139,6 @@ fn strip_cells(cells: &[HourCell], start: i64) -> Vec<Cell> {
             }
         })
         .collect()
-}
-
-/// An option of a filter menu.
-pub struct Choice {
-    pub value: String,
-    pub label: String,
-    pub selected: bool,
 }
 
 #[derive(Template)]

@@ -14,8 +14,7 @@ use ingest::EventType;
 
 use super::fmt::{self, When};
 use super::qoe::{ActiveFilter, Selection};
-use super::streams::Choice;
-use super::{render, Frame, PageError, Section};
+use super::{render, Choice, Frame, PageError, Section};
 use crate::http::extract::SessionUser;
 use crate::http::query::QueryPairs;
 use crate::http::AppState;

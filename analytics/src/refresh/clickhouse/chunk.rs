@@ -97,7 +97,7 @@ fn session_events_sql() -> &'static str {
         format!(
             "SELECT session_id, groupArray({key}) AS keys, \
              groupArrayIf(({key}, payload, ver), type IN ({with_payload})) AS payloads \
-             FROM telemetry_events WHERE owner = ? AND session_id IN {SESSION_SET} \
+             FROM telemetry_events WHERE owner = ? AND session_id GLOBAL IN {SESSION_SET} \
              GROUP BY session_id"
         )
     });
@@ -127,7 +127,7 @@ impl ChRefresh {
         for r in set
             .query(&format!(
                 "SELECT session_id, batch_rows, started_at FROM qoe_views FINAL \
-                 WHERE owner = ? AND session_id IN {SESSION_SET} \
+                 WHERE owner = ? AND session_id GLOBAL IN {SESSION_SET} \
                  AND started_day >= ? AND started_day <= ? AND deleted = 0"
             ))
             .bind(owner)
@@ -167,7 +167,7 @@ impl ChRefresh {
                 "SELECT session_id, dims, toInt64(min(first_ts)) AS first_at, \
                  toInt64(max(first_ts)) AS last_at, argMin(seq, tuple(first_ts, seq)) AS first_seq, \
                  toUInt64(count()) AS records FROM view_batches \
-                 WHERE owner = ? AND session_id IN {SESSION_SET} GROUP BY session_id, dims"
+                 WHERE owner = ? AND session_id GLOBAL IN {SESSION_SET} GROUP BY session_id, dims"
             ))
             .bind(owner)
             .fetch_all::<BatchGroupRow>()

@@ -55,9 +55,14 @@ use crate::store::AnalyticsError;
 /// The temporary table holding the sessions of the chunk a step reads ([`SessionSet`]).
 const SESSION_SET: &str = "refresh_sessions";
 
-/// The refresh step of one ClickHouse store: reads and upserts through its client.
+/// The refresh step of one ClickHouse store: reads and upserts through one endpoint's
+/// client (a step's session and its streamed reads and writes stay on one node; the next
+/// step, after a failure, goes to another: `ingest::ChClient::pinned`).
 pub(crate) struct ChRefresh {
     client: Client,
+    /// The tables are a cluster's: no Buffer to flush, no restart to recover from (no
+    /// node's memory holds records).
+    cluster: bool,
 }
 
 /// A session's records as the live views' first check reads them.
@@ -126,8 +131,8 @@ struct StateValue {
 }
 
 impl ChRefresh {
-    pub fn new(client: Client) -> Self {
-        ChRefresh { client }
+    pub fn new(client: Client, cluster: bool) -> Self {
+        ChRefresh { client, cluster }
     }
 
     /// One refresh step (see [`crate::refresh`]): the views touched by batch records
@@ -148,11 +153,13 @@ impl ChRefresh {
         // reads below then go to `view_batches` alone: reading through the Buffer can miss
         // rows that move to the table while a query runs, and the step's bookkeeping
         // needs a record, once seen, to stay visible.
-        self.client
-            .query("OPTIMIZE TABLE view_batches_buffer")
-            .execute()
-            .await
-            .map_err(map_err)?;
+        if !self.cluster {
+            self.client
+                .query("OPTIMIZE TABLE view_batches_buffer")
+                .execute()
+                .await
+                .map_err(map_err)?;
+        }
         // Server time, the clock `written_at` was stamped with, and its uptime.
         let clock = self
             .client
@@ -180,7 +187,10 @@ impl ChRefresh {
             0
         };
         let since = since.max(0);
-        let restarted = known_start > 0 && server_started > known_start + RESTART_SLACK_S;
+        // (A cluster's nodes each have their own start, and no Buffer whose records a
+        // restart could lose.)
+        let restarted =
+            !self.cluster && known_start > 0 && server_started > known_start + RESTART_SLACK_S;
         if restarted {
             let n = self.recover_records(since, started).await?;
             tracing::warn!(
@@ -188,7 +198,7 @@ impl ChRefresh {
                 "ClickHouse restarted since the last refresh step: views with events written since then are derived again"
             );
         }
-        if restarted || known_start == 0 {
+        if !self.cluster && (restarted || known_start == 0) {
             self.write_state(SERVER_STARTED, server_started).await?;
         }
         // With live views, the records of this process's own batches are left out of the
@@ -396,7 +406,7 @@ impl ChRefresh {
                     .query(&format!(
                         "SELECT session_id, toUInt64(countIf(writer != ?)) AS foreign, \
                          toInt64(toUnixTimestamp(min(written_at))) AS oldest \
-                         FROM view_batches WHERE owner = ? AND session_id IN {SESSION_SET} \
+                         FROM view_batches WHERE owner = ? AND session_id GLOBAL IN {SESSION_SET} \
                          GROUP BY session_id"
                     ))
                     .bind(live.writer())

@@ -10,7 +10,7 @@ mod reads;
 pub(crate) mod rows;
 pub(crate) mod session;
 
-use clickhouse::Client;
+use ingest::ChClient;
 
 use super::sql::{Arg, Dialect, Sql};
 use super::AnalyticsError;
@@ -23,8 +23,9 @@ const D: Dialect = Dialect::ClickHouse;
 /// The ClickHouse engine.
 #[derive(Clone)]
 pub(crate) struct ChStore {
-    /// The shared client (database selected); the refresher and the events pages use it.
-    pub(crate) client: Client,
+    /// The shared client of every endpoint (database selected); the refresher and the
+    /// events pages use it.
+    pub(crate) client: ChClient,
 }
 
 pub(crate) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
@@ -32,18 +33,25 @@ pub(crate) fn map_err(e: clickhouse::error::Error) -> AnalyticsError {
 }
 
 impl ChStore {
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: ChClient) -> Self {
         ChStore { client }
     }
 
     /// The request of `sql`, its arguments bound in order.
-    fn query(&self, sql: &Sql) -> clickhouse::query::Query {
-        bind(&self.client, sql)
+    fn query(&self, sql: &Sql) -> ingest::sink::clickhouse::ChQuery {
+        let mut q = self.client.query(&sql.text);
+        for a in &sql.args {
+            q = match a {
+                Arg::Str(s) => q.bind(s.as_str()),
+                Arg::Int(i) => q.bind(*i),
+            };
+        }
+        q
     }
 }
 
-/// The request of `sql` on `client`, its arguments bound in order.
-pub(crate) fn bind(client: &Client, sql: &Sql) -> clickhouse::query::Query {
+/// The request of `sql` on one endpoint's `client`, its arguments bound in order.
+pub(crate) fn bind(client: &clickhouse::Client, sql: &Sql) -> clickhouse::query::Query {
     let mut q = client.query(&sql.text);
     for a in &sql.args {
         q = match a {

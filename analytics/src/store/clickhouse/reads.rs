@@ -173,14 +173,15 @@ impl ChStore {
                 .map_err(map_err)?;
             return Ok(none(rows));
         }
-        let set = SessionSet::open(&self.client, STREAM_SOURCES).await?;
+        let pinned = self.client.pinned();
+        let set = SessionSet::open(&pinned.client, STREAM_SOURCES).await?;
         let read = async {
             let sources: Vec<&str> = sel.streams.keys().map(String::as_str).collect();
             set.load(&sources).await?;
             let registered = set
                 .query_sql(&select(
                     "SELECT src AS k, ",
-                    &format!(" AND src IN {STREAM_SOURCES} GROUP BY k"),
+                    &format!(" AND src GLOBAL IN {STREAM_SOURCES} GROUP BY k"),
                 ))
                 .fetch_all::<AggValue>()
                 .await
@@ -188,7 +189,7 @@ impl ChStore {
             let others = set
                 .query_sql(&select(
                     "SELECT ",
-                    &format!(" AND (src IS NULL OR src NOT IN {STREAM_SOURCES})"),
+                    &format!(" AND (src IS NULL OR src GLOBAL NOT IN {STREAM_SOURCES})"),
                 ))
                 .fetch_all::<AggAll>()
                 .await
@@ -201,10 +202,15 @@ impl ChStore {
                 })
                 .collect();
             groups.extend(none(others));
-            Ok(groups)
+            Ok::<_, AnalyticsError>(groups)
         }
         .await;
         set.close().await;
+        match &read {
+            Ok(_) => self.client.served(&pinned),
+            Err(e) if e.is_retryable() => self.client.failed(&pinned, e),
+            Err(_) => {}
+        }
         read
     }
 

@@ -1,6 +1,9 @@
 //! A set of strings as a temporary table of a ClickHouse session of its own, which queries
-//! filter on with `x IN <table>`: the sessions of a refresh step's chunk, the registered
-//! sources of a breakdown by `streamId`. No list of the set goes into a query's text.
+//! filter on with `x GLOBAL IN <table>`: the sessions of a refresh step's chunk, the
+//! registered sources of a breakdown by `streamId`. No list of the set goes into a query's
+//! text. `GLOBAL`: on a cluster the table is sent along to every shard a `Distributed`
+//! query reaches (the session, and so the table, lives on one node); on one server it is a
+//! plain `IN`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,15 +30,15 @@ struct ValueRow<'a> {
 
 /// A set of strings as a temporary table of its own ClickHouse session (HTTP
 /// `session_id`), e.g. the sessions of the chunk a refresh step reads, which its reads
-/// filter on with `session_id IN refresh_sessions` (still narrowing the primary-key
+/// filter on with `session_id GLOBAL IN refresh_sessions` (still narrowing the primary-key
 /// range). Sent in each
 /// query as an array literal instead, a set of 100,000 sessions cost ClickHouse 0.08–0.15 s
 /// of CPU per query to parse and build, twice per chunk (docs/benchmarks.md); loading the
 /// table costs 0.004 s. ClickHouse refuses overlapping requests of one session, so only
 /// the step's reads go through it (its `qoe_views` insert, open while the events stream
-/// in, goes through the shared client); and every request of a step must reach the same
-/// server, which a `CLICKHOUSE_URL` balancing over replicas must ensure by pinning
-/// sessions.
+/// in, goes through the shared client); and every request of the session goes to one
+/// endpoint (`ingest::ChClient::pinned`): its caller's retry, after a failure, opens
+/// another session, possibly elsewhere.
 pub(crate) struct SessionSet {
     client: Client,
     table: &'static str,

@@ -17,10 +17,16 @@
 //!   time it writes a view from memory, that the view had no record by anyone else, nor
 //!   one of this process's from before memory took its first batch;
 //! - a view is forgotten after [`IDLE`] without a batch, longer than the refresher's
-//!   window, so a view that comes back later is checked as a new one.
+//!   window, so a view that comes back later is checked as a new one;
+//! - memory holds at most [`MAX_VIEWS`] views whole (the cap): a view new to memory while
+//!   it holds that many is remembered as broken from its first batch, and read back. A
+//!   broken view keeps no fold, only its key and bookkeeping (about 100 bytes), so the
+//!   refresher still finds it: its records are left out of the window's reads
+//!   (`refresh/clickhouse`), and the snapshot's read-back list is what brings it back.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +42,13 @@ pub const IDLE: Duration = Duration::from_secs(180);
 /// Shards of the map: batches of different views rarely wait for each other's lock.
 const SHARDS: usize = 64;
 
+/// Views memory holds whole at most (the cap); past it a new view is read back
+/// (`streamwatch_qoe_live_views_over_cap_total`). A view held costs about 0.5–1 KiB (its
+/// fold, dimensions, key and map slot; docs/benchmarks.md), so the cap bounds the live
+/// state to 32–64 MiB: what a 160 MiB process leaves once the rest of it (about 95 MiB at
+/// full ingest on ClickHouse before the live views) is counted.
+pub const MAX_VIEWS: usize = 65_536;
+
 /// A view: its owner and session id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -45,17 +58,23 @@ pub struct Key {
     pub session: Arc<str>,
 }
 
-/// What memory holds of one view.
-#[derive(Debug)]
-struct Entry {
+/// What memory holds of a view it holds whole.
+#[derive(Debug, Default)]
+struct Whole {
     fold: Fold,
     dims: DimsFold,
     /// Batches taken.
     records: u64,
     /// Earliest event of the last batch taken.
     last_first_ts: Option<i64>,
-    /// Memory is not the whole view: read it back.
-    broken: bool,
+}
+
+/// What memory remembers of one view.
+#[derive(Debug)]
+struct Entry {
+    /// `None`: memory is not the whole view (broken, or past the cap): read it back. Boxed,
+    /// so a broken view costs only the rest of the entry.
+    whole: Option<Box<Whole>>,
     /// The refresher found no record of it before memory's first.
     checked: bool,
     /// Changes (batches taken, a break) since the entry was made, and how many of them a
@@ -68,13 +87,9 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(now: Instant) -> Self {
+    fn new(now: Instant, whole: bool) -> Self {
         Entry {
-            fold: Fold::default(),
-            dims: DimsFold::default(),
-            records: 0,
-            last_first_ts: None,
-            broken: false,
+            whole: whole.then(Box::default),
             checked: false,
             changes: 0,
             written: 0,
@@ -118,9 +133,9 @@ pub struct Snapshot {
     changes: Vec<(Key, u64)>,
 }
 
-/// One shard of the map. Entries are boxed: the table moves pointers, not entries, when
-/// it rehashes (views come and go all the time).
-type Shard = Mutex<HashMap<Key, Box<Entry>>>;
+/// One shard of the map. An entry is small (its fold is boxed): the table moves little
+/// when it rehashes (views come and go all the time).
+type Shard = Mutex<HashMap<Key, Entry>>;
 
 /// The live views of one server process (see the module doc). Shared by the ingest route,
 /// which feeds it, and the refresher, which reads it.
@@ -128,6 +143,11 @@ pub struct LiveViews {
     writer: u64,
     hasher: std::hash::RandomState,
     shards: Box<[Shard]>,
+    /// Views held whole at most, and held whole now (entries with a fold).
+    cap: usize,
+    held: AtomicUsize,
+    /// Views new to memory that found it full, since the process started.
+    over_cap: AtomicU64,
 }
 
 impl std::fmt::Debug for LiveViews {
@@ -142,10 +162,42 @@ impl LiveViews {
     /// Live views of the process that stores its batch records as `writer`
     /// (`ingest::ClickHouseConfig::writer`).
     pub fn new(writer: u64) -> Self {
+        LiveViews::with_cap(writer, MAX_VIEWS)
+    }
+
+    /// Live views that hold at most `cap` views whole (tests; the server uses
+    /// [`MAX_VIEWS`]).
+    pub fn with_cap(writer: u64, cap: usize) -> Self {
         LiveViews {
             writer,
             hasher: std::hash::RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            cap,
+            held: AtomicUsize::new(0),
+            over_cap: AtomicU64::new(0),
+        }
+    }
+
+    /// A new entry, whole if the cap leaves room for it (`whole` false: known broken).
+    fn new_entry(&self, now: Instant, whole: bool) -> Entry {
+        let room = whole
+            && self
+                .held
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < self.cap).then_some(n + 1)
+                })
+                .is_ok();
+        if whole && !room {
+            self.over_cap.fetch_add(1, Ordering::Relaxed);
+        }
+        Entry::new(now, room)
+    }
+
+    /// Memory stops holding `entry` whole: its fold is dropped, its place under the cap
+    /// freed.
+    fn break_entry(&self, entry: &mut Entry) {
+        if entry.whole.take().is_some() {
+            self.held.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -154,7 +206,7 @@ impl LiveViews {
         self.writer
     }
 
-    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Box<Entry>>> {
+    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
         let i = self.hasher.hash_one(key) as usize % self.shards.len();
         // A panic while holding a shard leaves a map of whole entries: go on with it.
         self.shards[i]
@@ -172,24 +224,24 @@ impl LiveViews {
         let mut shard = self.shard(&key);
         let entry = shard
             .entry(key)
-            .or_insert_with(|| Box::new(Entry::new(now)));
+            .or_insert_with(|| self.new_entry(now, true));
         entry.touched = now;
         entry.changes += 1;
-        if entry.broken {
+        let Some(whole) = entry.whole.as_mut() else {
             return;
-        }
-        let in_order = entry.last_first_ts.is_none_or(|t| dims.first_ts_ms > t)
-            && events.first().is_some_and(|first| entry.fold.push(first));
+        };
+        let in_order = whole.last_first_ts.is_none_or(|t| dims.first_ts_ms > t)
+            && events.first().is_some_and(|first| whole.fold.push(first));
         if !in_order {
-            entry.broken = true;
+            self.break_entry(entry);
             return;
         }
         for e in &events[1..] {
-            entry.fold.push(e);
+            whole.fold.push(e);
         }
-        entry.dims.push(dims);
-        entry.records += 1;
-        entry.last_first_ts = Some(dims.first_ts_ms);
+        whole.dims.push(dims);
+        whole.records += 1;
+        whole.last_first_ts = Some(dims.first_ts_ms);
     }
 
     /// A batch of `key` whose write failed or timed out: some of it may be stored, so
@@ -199,17 +251,17 @@ impl LiveViews {
         let mut shard = self.shard(&key);
         let entry = shard
             .entry(key)
-            .or_insert_with(|| Box::new(Entry::new(now)));
+            .or_insert_with(|| self.new_entry(now, false));
         entry.touched = now;
         entry.changes += 1;
-        entry.broken = true;
+        self.break_entry(entry);
     }
 
     /// Marks views broken (the refresher found records memory does not hold).
     pub fn break_views<'a>(&self, keys: impl IntoIterator<Item = &'a Key>) {
         for key in keys {
             if let Some(entry) = self.shard(key).get_mut(key) {
-                entry.broken = true;
+                self.break_entry(entry);
             }
         }
     }
@@ -226,7 +278,7 @@ impl LiveViews {
     /// Whether memory holds `key` and does not know it to be incomplete (a change the
     /// next snapshot may carry).
     pub fn holds(&self, key: &Key) -> bool {
-        self.shard(key).get(key).is_some_and(|e| !e.broken)
+        self.shard(key).get(key).is_some_and(|e| e.whole.is_some())
     }
 
     /// The views changed since the last [`LiveViews::commit`]ted snapshot, and forgets
@@ -239,10 +291,16 @@ impl LiveViews {
             let mut shard = shard
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            shard.retain(|_, e| now.duration_since(e.touched) <= idle);
+            shard.retain(|_, e| {
+                let keep = now.duration_since(e.touched) <= idle;
+                if !keep {
+                    self.break_entry(e);
+                }
+                keep
+            });
             for (key, e) in shard.iter().filter(|(_, e)| e.changes > e.written) {
                 out.changes.push((key.clone(), e.changes));
-                if e.broken {
+                if e.whole.is_none() {
                     out.broken.push(key.clone());
                 } else {
                     out.views.push(Changed {
@@ -261,7 +319,7 @@ impl LiveViews {
     /// `None` when memory no longer holds it whole, or has forgotten it.
     pub fn view(&self, key: &Key) -> Option<LiveView> {
         let shard = self.shard(key);
-        let e = shard.get(key).filter(|e| !e.broken)?;
+        let e = shard.get(key)?.whole.as_deref()?;
         let dims = e.dims.dims(e.fold.playback_content_id());
         Some(LiveView {
             view: e.fold.view(&key.session, dims)?,
@@ -289,6 +347,17 @@ impl LiveViews {
                     .len()
             })
             .sum()
+    }
+
+    /// Views held whole (at most the cap; `streamwatch_qoe_live_views`).
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Views new to memory that found it holding the cap, and were read back instead,
+    /// since the process started (`streamwatch_qoe_live_views_over_cap_total`).
+    pub fn over_cap(&self) -> u64 {
+        self.over_cap.load(Ordering::Relaxed)
     }
 
     /// True when no view is remembered.
@@ -465,6 +534,57 @@ mod tests {
         assert_eq!(snap.views.len(), 1);
         assert!(snap.views[0].checked);
         assert_eq!(snap.broken, vec![key("b")]);
+    }
+
+    #[test]
+    fn views_past_the_cap_are_remembered_broken_and_a_freed_place_is_taken_again() {
+        let live = LiveViews::with_cap(7, 2);
+        for s in ["a", "b", "c", "d"] {
+            live.take(key(s), vec![Event::playback_start(1, None)], &dims(1));
+        }
+        // a and b are held; c and d came to a full memory: read back, counted.
+        assert_eq!((live.held(), live.len(), live.over_cap()), (2, 4, 2));
+        assert!(live.holds(&key("a")) && live.holds(&key("b")));
+        assert!(!live.holds(&key("c")) && !live.holds(&key("d")));
+        assert_eq!(live.view(&key("c")), None);
+        let mut snap = live.snapshot(LONG);
+        snap.broken.sort();
+        assert_eq!(snap.broken, vec![key("c"), key("d")]);
+        assert_eq!(snap.views.len(), 2);
+        // A later batch of c, in order, leaves it broken: memory never saw its start.
+        live.take(
+            key("c"),
+            vec![Event::new(5, EventType::PlaybackPause)],
+            &dims(5),
+        );
+        assert!(!live.holds(&key("c")));
+        assert_eq!(live.over_cap(), 2);
+        // Breaking a held view frees its place (a failed write, the refresher's finding);
+        // a taint never takes one.
+        live.taint(key("a"));
+        live.taint(key("e"));
+        assert_eq!(live.held(), 1);
+        live.take(key("f"), vec![Event::playback_start(1, None)], &dims(1));
+        assert!(live.holds(&key("f")));
+        assert_eq!((live.held(), live.over_cap()), (2, 2));
+        // Forgetting frees places too.
+        live.snapshot(Duration::ZERO);
+        assert_eq!((live.held(), live.len()), (0, 0));
+        live.take(key("c"), vec![Event::playback_start(1, None)], &dims(1));
+        assert!(live.holds(&key("c")));
+    }
+
+    #[test]
+    fn a_broken_view_costs_a_small_entry() {
+        // What the cap leaves unbounded (views past it, broken views) is this much each,
+        // plus its key and map slot.
+        assert!(
+            std::mem::size_of::<Entry>() <= 64,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
+        // What a held view costs besides (docs/benchmarks.md: 0.5–1 KiB with its heap).
+        assert!(std::mem::size_of::<Whole>() >= 256);
     }
 
     #[test]

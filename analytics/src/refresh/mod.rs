@@ -182,7 +182,8 @@ impl Refresher {
 
 /// The step's figures for the server's `/metrics` (names in docs/operations.md): steps by
 /// result and their time, views written by source, when `qoe_views` was last brought up to
-/// date (what an operator alerts on: the QoE routes are that stale), the live views held.
+/// date (what an operator alerts on: the QoE routes are that stale), the live views held
+/// and those the cap turned away (read back instead).
 fn record_step(
     refresher: &Refresher,
     result: &Result<RefreshStats, AnalyticsError>,
@@ -207,7 +208,8 @@ fn record_step(
             .set(covered.as_secs_f64());
     }
     if let Some(live) = &refresher.live {
-        metrics::gauge!("streamwatch_qoe_live_views").set(live.len() as f64);
+        metrics::gauge!("streamwatch_qoe_live_views").set(live.held() as f64);
+        metrics::counter!("streamwatch_qoe_live_views_over_cap_total").absolute(live.over_cap());
     }
 }
 

@@ -283,6 +283,9 @@ async fn compare(engines: &[Engine], case: &Case<'_>, seed: u64, queries: usize)
     }
 }
 
+/// The cap of the capped live views under test: below any fleet's view count.
+const CAPPED: usize = 16;
+
 /// Writes `fleet` (and another owner's fleet, which must never show) through both
 /// engines' sinks, refreshes, and compares `queries` random queries.
 async fn run_fleet(cfg: FleetConfig, reshuffle: Option<u64>, per_write: usize, queries: usize) {
@@ -303,7 +306,9 @@ async fn run_fleet(cfg: FleetConfig, reshuffle: Option<u64>, per_write: usize, q
         ..cfg.clone()
     });
     let streams = stream_map(&fleet);
-    let engines = common::both().await;
+    let mut engines = common::both().await;
+    // Live views holding fewer views than the fleet has: those past the cap are read back.
+    engines.push(common::clickhouse_live_capped(CAPPED).await);
     // In two halves with a refresh step between: views the live views wrote after the
     // first half get the rest of their batches from memory (or are read back).
     let half = written.batches.len() / 2;
@@ -320,8 +325,12 @@ async fn run_fleet(cfg: FleetConfig, reshuffle: Option<u64>, per_write: usize, q
         common::write_fleet(e, OTHER, &other, per_write).await;
         from_memory += e.refresh().await.live;
         eprintln!("{}: {from_memory} views written from memory", e.name);
-        if e.live.is_some() {
+        if let Some(live) = &e.live {
             assert!(from_memory > 0, "the live path was taken");
+            if e.name.ends_with("capped") {
+                assert!(live.over_cap() > 0, "the cap turned views away");
+                assert!(live.held() <= CAPPED);
+            }
         }
     }
     let case = Case {

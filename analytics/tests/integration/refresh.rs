@@ -886,3 +886,47 @@ async fn clickhouse_after_a_server_restart_live_views_are_read_back() {
     );
     e.finish().await;
 }
+
+#[tokio::test]
+async fn clickhouse_views_past_the_live_cap_are_read_back_and_stay_exact() {
+    let e = common::clickhouse_live_capped(1).await;
+    let live = e.live.clone().expect("live");
+    let mut r = e.refresher();
+    for s in ["s1", "s2", "s3"] {
+        batch(&e, s, vec![start(s, 0)], "sdk").await;
+    }
+    // One view held; the two that found memory full are read back.
+    assert_eq!((live.held(), live.over_cap()), (1, 2));
+    let stats = r.step().await.expect("step");
+    assert_eq!((stats.derived, stats.live), (3, 1), "{stats:?}");
+    for s in ["s1", "s2", "s3"] {
+        batch(&e, s, vec![pause(s, 5_000)], "sdk").await;
+        batch(&e, s, vec![end(s, 9_000)], "sdk").await;
+    }
+    let stats = r.step().await.expect("step");
+    assert_eq!(
+        (stats.derived, stats.live, stats.events),
+        (3, 1, 9),
+        "{stats:?}"
+    );
+    assert_eq!(
+        live.over_cap(),
+        2,
+        "a view turned away is not counted again"
+    );
+    let v = views_json(&e).await;
+    for s in ["s1", "s2", "s3"] {
+        let view = view_of(&v, s);
+        assert_eq!(view["startedAt"], "2024-05-01T00:00:00.000Z", "{s}");
+        assert_eq!(view["endedAt"], "2024-05-01T00:00:09.000Z", "{s}");
+        assert_eq!(view["watchTimeMs"], 5_000, "{s}");
+        assert_eq!(view["pausedMs"], 4_000, "{s}");
+        assert_eq!(view["sdk"], "sdk", "{s}");
+    }
+    let o = overview(&e).await;
+    assert_eq!(o.views, 3, "{o:?}");
+    // Nothing new: nothing written.
+    let idle = r.step().await.expect("step");
+    assert_eq!((idle.derived, idle.live), (0, 0), "{idle:?}");
+    e.finish().await;
+}

@@ -151,6 +151,18 @@ pub async fn clickhouse_live() -> Engine {
     }
 }
 
+/// A fresh ClickHouse engine with live views that hold at most `cap` views whole: the
+/// views past it are read back (`analytics::live::MAX_VIEWS`).
+pub async fn clickhouse_live_capped(cap: usize) -> Engine {
+    let e = clickhouse_live().await;
+    let writer = e.live.as_ref().map_or(0, |l| l.writer());
+    Engine {
+        name: "clickhouse live, capped",
+        live: Some(Arc::new(LiveViews::with_cap(writer, cap))),
+        ..e
+    }
+}
+
 /// Both engines, ClickHouse with and without live views.
 pub async fn both() -> Vec<Engine> {
     vec![sqlite().await, clickhouse().await, clickhouse_live().await]

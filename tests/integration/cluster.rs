@@ -700,7 +700,7 @@ async fn one_server_moves_to_a_cluster_with_the_same_answers() {
     old.shutdown().await;
 
     // The documented move: the cluster's tables made by an instance, the rows copied.
-    let new = instance(cluster, &cluster.url_list(), &db, Some(&pg)).await;
+    let new = instance(&cluster, &cluster.url_list(), &db, Some(&pg)).await;
     for s in documented_sql("move-to-cluster-on-the-one-server", &db, "") {
         sql(&single.urls[0], &s).await;
     }

@@ -153,6 +153,9 @@ async fn instance(cluster: &Cluster, urls: &str, db: &str, pg: Option<&str>) -> 
         c.clickhouse_database = db;
         c.database_url = pg.map(DatabaseUrl::Postgres);
         c.qoe_refresh = Duration::from_secs(1);
+        // The spool off (scale.md §2's right-hand column): 204 means stored in the
+        // cluster, which these tests then read.
+        c.spool = Some(streamwatch::config::SpoolSetting::Off);
         // Instances behind one balancer share the cookie secret.
         c.secret = Some("cluster-test-secret-of-forty-characters!".to_owned());
     })
@@ -404,4 +407,324 @@ async fn a_fleet_split_between_two_instances_answers_as_one_server() {
     for app in [a, b, one] {
         app.shutdown().await;
     }
+}
+
+/// What one telemetry request got, and when.
+struct Sent {
+    at: Instant,
+    status: StatusCode,
+    batch: usize,
+}
+
+/// Sends `batches` through `app` from `senders` concurrent clients, in order; `count` goes
+/// up by one per answer.
+fn ingest(
+    app: &TestApp,
+    key: &str,
+    batches: Vec<GenBatch>,
+    senders: usize,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinHandle<Vec<Sent>> {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+    let (http, url, key) = (
+        app.http.clone(),
+        app.url("/api/v1/telemetry"),
+        key.to_owned(),
+    );
+    let queue = Arc::new(Mutex::new(
+        (0..batches.len()).collect::<std::collections::VecDeque<_>>(),
+    ));
+    let batches = Arc::new(batches);
+    tokio::spawn(async move {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..senders {
+            let (http, url, key, queue, batches, count) = (
+                http.clone(),
+                url.clone(),
+                key.clone(),
+                Arc::clone(&queue),
+                Arc::clone(&batches),
+                Arc::clone(&count),
+            );
+            tasks.spawn(async move {
+                let mut sent = Vec::new();
+                loop {
+                    let Some(i) = queue.lock().expect("queue").pop_front() else {
+                        return sent;
+                    };
+                    let b = &batches[i];
+                    let mut r = http
+                        .post(&url)
+                        .bearer_auth(&key)
+                        .header("content-type", "application/json")
+                        .timeout(Duration::from_secs(30));
+                    if let Some(ua) = &b.user_agent {
+                        r = r.header("user-agent", ua);
+                    }
+                    let status = r
+                        .body(b.wire_json(&key))
+                        .send()
+                        .await
+                        .map(|r| r.status())
+                        .unwrap_or(StatusCode::BAD_GATEWAY);
+                    sent.push(Sent {
+                        at: Instant::now(),
+                        status,
+                        batch: i,
+                    });
+                    count.fetch_add(1, Ordering::SeqCst);
+                    // A fleet's pace, not a benchmark's.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+        }
+        let mut all = Vec::new();
+        while let Some(sent) = tasks.join_next().await {
+            all.extend(sent.expect("sender"));
+        }
+        all.sort_by_key(|s| s.at);
+        all
+    })
+}
+
+/// Waits until `count` reaches `n`.
+async fn sent_at_least(count: &std::sync::atomic::AtomicUsize, n: usize) {
+    wait_until("telemetry sent", Duration::from_secs(120), || async {
+        count.load(std::sync::atomic::Ordering::SeqCst) >= n
+    })
+    .await;
+}
+
+/// Every event of every batch answered 204 is stored (read through the cluster).
+async fn assert_acknowledged_stored(url: &str, db: &str, batches: &[GenBatch], sent: &[Sent]) {
+    let stored: BTreeSet<(String, i64, String)> = sql(
+        url,
+        &format!("SELECT session_id, ts, type FROM {db}.telemetry_events FINAL FORMAT TSV"),
+    )
+    .await
+    .lines()
+    .map(|l| {
+        let f: Vec<&str> = l.split('\t').collect();
+        (f[0].to_owned(), f[1].parse().expect("ts"), f[2].to_owned())
+    })
+    .collect();
+    let mut missing = 0;
+    for s in sent.iter().filter(|s| s.status == StatusCode::NO_CONTENT) {
+        let b = &batches[s.batch];
+        for e in &b.events {
+            let k = (
+                b.session_id.clone(),
+                e.ts_ms,
+                e.event_type.as_str().to_owned(),
+            );
+            missing += usize::from(!stored.contains(&k));
+        }
+    }
+    assert_eq!(missing, 0, "acknowledged events missing");
+}
+
+/// The faults of scale.md §2 with the spool off, in turn on one private 2 × 2 cluster: a
+/// replica killed during ingest, the node an instance talks to killed, ZooKeeper stopped.
+#[tokio::test]
+async fn faults_of_a_cluster_with_the_spool_off() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let cluster = Cluster::up(&[]);
+    let db = common::test_db_name();
+    // The instance talks to s2r2 first, then s2r1, s1r2, s1r1.
+    let order = ["s2r2", "s2r1", "s1r2", "s1r1"];
+    let urls: Vec<&str> = order.iter().map(|n| cluster.node_url(n)).collect();
+    let app = instance(&cluster, &urls.join(","), &db, None).await;
+    let cookie = app.user("ops@example.com").await;
+    let key = app.api_key(&cookie).await;
+    let fleet = Fleet::generate(&FleetConfig::realistic(3, 60)).batches;
+    let (first, rest) = fleet.split_at(fleet.len() / 3);
+    let (second, third) = rest.split_at(rest.len() / 2);
+
+    // 1. A replica the inserts go to (the first of shard 1) SIGKILLed during ingest, and
+    //    restarted: 204 throughout, nothing acknowledged lost, and it catches up alone.
+    let count = Arc::new(AtomicUsize::new(0));
+    let run = ingest(&app, &key, first.to_vec(), 4, Arc::clone(&count));
+    sent_at_least(&count, first.len() / 4).await;
+    cluster.control(&["stop-node", "s1r1", "--kill"]).await;
+    sent_at_least(&count, first.len() / 2).await;
+    cluster.control(&["start-node", "s1r1"]).await;
+    let sent = run.await.expect("ingest");
+    let refused: Vec<_> = sent
+        .iter()
+        .filter(|s| s.status != StatusCode::NO_CONTENT)
+        .map(|s| s.status)
+        .collect();
+    assert!(refused.is_empty(), "a replica down: {refused:?}");
+    let local = |node: &'static str| {
+        let (url, db) = (cluster.node_url(node).to_owned(), db.clone());
+        async move {
+            sql(
+                &url,
+                &format!("SELECT count() FROM {db}.telemetry_events_local FORMAT TSV"),
+            )
+            .await
+        }
+    };
+    wait_until(
+        "the restarted replica caught up",
+        Duration::from_secs(120),
+        || async { local("s1r1").await == local("s1r2").await },
+    )
+    .await;
+    assert_acknowledged_stored(cluster.node_url("s2r2"), &db, first, &sent).await;
+
+    // 2. The node the instance talks to killed: at most 2 s of 500s, then 204 through the
+    //    next endpoint.
+    let count = Arc::new(AtomicUsize::new(0));
+    let run = ingest(&app, &key, second.to_vec(), 4, Arc::clone(&count));
+    sent_at_least(&count, second.len() / 4).await;
+    cluster.control(&["stop-node", "s2r2", "--kill"]).await;
+    let sent = run.await.expect("ingest");
+    let failed: Vec<&Sent> = sent
+        .iter()
+        .filter(|s| s.status != StatusCode::NO_CONTENT)
+        .collect();
+    if let (Some(f), Some(l)) = (failed.first(), failed.last()) {
+        assert!(failed
+            .iter()
+            .all(|s| s.status == StatusCode::INTERNAL_SERVER_ERROR));
+        let span = l.at - f.at;
+        eprintln!("node killed: {} answers 500 over {span:?}", failed.len());
+        assert!(span <= Duration::from_secs(2), "500s for {span:?}");
+    }
+    assert_eq!(sent.last().map(|s| s.status), Some(StatusCode::NO_CONTENT));
+    assert_acknowledged_stored(cluster.node_url("s1r1"), &db, second, &sent).await;
+    cluster.control(&["start-node", "s2r2"]).await;
+
+    // 3. ZooKeeper stopped for 30 s: telemetry 500 within 2 s, /readyz 503 naming the
+    //    cause; ingest again within 30 s of its return, without a restart.
+    let stopped = Instant::now();
+    cluster.control(&["stop-node", "zookeeper"]).await;
+    wait_until("/readyz 503", Duration::from_secs(30), || async {
+        app.get("/readyz", None).await.status() == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    let unready_after = stopped.elapsed();
+    let (_, readyz) = common::parts(app.get("/readyz", None).await).await;
+    let cause = readyz["checks"]["telemetry"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(cause.contains("read-only"), "{readyz}");
+    let t = Instant::now();
+    assert_eq!(
+        post_batch(&app, &key, &third[0]).await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert!(
+        t.elapsed() <= Duration::from_secs(2),
+        "500 after {:?}",
+        t.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(stopped.elapsed())).await;
+    cluster.control(&["start-node", "zookeeper"]).await;
+    let back = Instant::now();
+    wait_until(
+        "ingest after ZooKeeper's return",
+        Duration::from_secs(30),
+        || async { post_batch(&app, &key, &third[1]).await == StatusCode::NO_CONTENT },
+    )
+    .await;
+    eprintln!(
+        "zookeeper stopped: /readyz 503 after {:?}; ingest again {:?} after its return",
+        unready_after,
+        back.elapsed()
+    );
+    assert!(back.elapsed() <= Duration::from_secs(30));
+    let (s, _) = common::parts(app.get("/readyz", None).await).await;
+    assert_eq!(s, StatusCode::OK);
+    app.shutdown().await;
+}
+
+/// The statements of the fenced block tagged `tag` in docs/operations.md, `<db>` and
+/// `<old>` filled in.
+fn documented_sql(tag: &str, db: &str, old: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"),
+    )
+    .expect("docs/operations.md");
+    let open = format!("```sql {tag}\n");
+    let start = doc.find(&open).unwrap_or_else(|| panic!("no block {tag}")) + open.len();
+    let block = &doc[start..start + doc[start..].find("```").expect("block end")];
+    block
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.replace("<db>", db).replace("<old>", old))
+        .collect()
+}
+
+#[tokio::test]
+async fn one_server_moves_to_a_cluster_with_the_same_answers() {
+    let cluster = shared();
+    let single = Cluster::up(&["--single"]);
+    let db = common::test_db_name();
+    let pg = common::fresh_pg_database().await;
+    let old = instance(&single, &single.url_list(), &db, Some(&pg)).await;
+    let cookie = old.user("ops@example.com").await;
+    let key = old.api_key(&cookie).await;
+    let fleet = Fleet::generate(&FleetConfig::adversarial(21, 40));
+    for b in &fleet.batches {
+        assert_eq!(post_batch(&old, &key, b).await, StatusCode::NO_CONTENT);
+    }
+    let sessions: BTreeSet<String> = fleet.batches.iter().map(|b| b.session_id.clone()).collect();
+    let views = fleet.views().len() as u64;
+    let overview = "/api/v1/qoe/overview?from=2024-04-30T00:00:00.000Z&to=2024-05-02T00:00:00.000Z";
+    wait_until(
+        "the one server derived every view",
+        Duration::from_secs(60),
+        || async {
+            let (_, body) = common::parts(old.get(overview, Some(&cookie)).await).await;
+            body["views"].as_u64() == Some(views)
+        },
+    )
+    .await;
+    // Settled: two reads a few refresh steps apart agree.
+    let mut before = answers(&old, &cookie, &sessions).await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let again = answers(&old, &cookie, &sessions).await;
+        if again == before {
+            break;
+        }
+        before = again;
+    }
+    assert!(before.values().all(|(s, _)| *s == StatusCode::OK));
+    old.shutdown().await;
+
+    // The documented move: the cluster's tables made by an instance, the rows copied.
+    let new = instance(&cluster, &cluster.url_list(), &db, Some(&pg)).await;
+    for s in documented_sql("move-to-cluster-on-the-one-server", &db, "") {
+        sql(&single.urls[0], &s).await;
+    }
+    let port: u16 = single.urls[0]
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let old_native = format!("127.0.0.1:{}", port + 1);
+    let node = format!("{}/?insert_distributed_sync=1", cluster.urls[0]);
+    for s in documented_sql("move-to-cluster-on-a-cluster-node", &db, &old_native) {
+        sql(&node, &s).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let after = answers(&new, &cookie, &sessions).await;
+        if after == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "answers differ after the move: {after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    new.shutdown().await;
 }

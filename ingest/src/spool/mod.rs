@@ -362,8 +362,20 @@ impl Spool {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<SpooledRecord>, SpoolError> {
+        self.peek_after(RecordId(0), max_records, max_bytes).await
+    }
+
+    /// [`Spool::peek`] of the records after `after` only: a drainer with an insert in
+    /// flight reads the next records meanwhile (ids grow, so they come after it).
+    pub async fn peek_after(
+        &self,
+        after: RecordId,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<SpooledRecord>, SpoolError> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Peek {
+            after: after.0,
             max_records,
             max_bytes,
             reply,

@@ -247,12 +247,14 @@ impl Store {
         Ok(out)
     }
 
-    /// Up to `max_records` records, oldest first, at most `max_bytes` of payload
-    /// (but always the first one, so that a large record cannot stall the drain).
+    /// Up to `max_records` records with ids above `after`, oldest first, at most
+    /// `max_bytes` of payload (but always the first one, so that a large record cannot
+    /// stall the drain).
     /// Records failing their checksum are moved to quarantine on the way; if every
     /// record read was, reads on, so that an empty answer means an empty spool.
     pub(crate) fn peek(
         &mut self,
+        after: i64,
         max_records: usize,
         max_bytes: usize,
     ) -> rusqlite::Result<Peeked> {
@@ -263,9 +265,10 @@ impl Store {
             let mut bytes = 0usize;
             {
                 let mut stmt = self.conn.prepare_cached(
-                    "SELECT id, spooled_at, events, crc, payload FROM records ORDER BY id",
+                    "SELECT id, spooled_at, events, crc, payload FROM records WHERE id > ?1 \
+                     ORDER BY id",
                 )?;
-                let mut rows = stmt.query([])?;
+                let mut rows = stmt.query([after])?;
                 while records.len() < max_records.max(1) {
                     let Some(row) = rows.next()? else { break };
                     let id: i64 = row.get(0)?;

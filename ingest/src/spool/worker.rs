@@ -27,6 +27,7 @@ pub(super) enum Job {
         reply: oneshot::Sender<Result<Removed, SpoolError>>,
     },
     Peek {
+        after: i64,
         max_records: usize,
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<SpooledRecord>, SpoolError>>,
@@ -181,10 +182,11 @@ pub(super) fn run(
         };
         let damage = match job {
             Job::Peek {
+                after,
                 max_records,
                 max_bytes,
                 reply,
-            } => peek(&mut store, &shared, max_records, max_bytes, reply),
+            } => peek(&mut store, &shared, after, max_records, max_bytes, reply),
             Job::Close { reply } => {
                 close(store);
                 drop(lock);
@@ -346,11 +348,12 @@ fn commit_group(store: &mut Store, shared: &Shared, mut group: Vec<Job>) -> Opti
 fn peek(
     store: &mut Store,
     shared: &Shared,
+    after: i64,
     max_records: usize,
     max_bytes: usize,
     reply: oneshot::Sender<Result<Vec<SpooledRecord>, SpoolError>>,
 ) -> Option<String> {
-    match store.peek(max_records, max_bytes) {
+    match store.peek(after, max_records, max_bytes) {
         Ok(peeked) => {
             if !peeked.quarantined.is_empty() {
                 let bytes: u64 = peeked.quarantined.iter().map(|&(_, cost)| cost).sum();

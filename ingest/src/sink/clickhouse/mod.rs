@@ -147,7 +147,10 @@ impl ClickHouseConfig {
                     c = c
                         .with_setting("insert_distributed_sync", "1")
                         .with_setting("load_balancing", "in_order")
-                        .with_setting("prefer_localhost_replica", "0");
+                        .with_setting("prefer_localhost_replica", "0")
+                        // A replica catching up (restarted after a failure) is not read
+                        // while its shard has a replica no more than 2 s behind.
+                        .with_setting("max_replica_delay_for_distributed_queries", "2");
                 }
                 (url.to_owned(), c)
             })
@@ -379,6 +382,47 @@ fn allocate_seqs(now_ms: u64, n: usize) -> u64 {
     }
 }
 
+/// How long a cluster node may take to show it reaches ZooKeeper.
+const ZOOKEEPER_PING: Duration = Duration::from_millis(700);
+
+/// A cluster node's readiness for writes: it reaches ZooKeeper (a replicated table is
+/// read-only without it; 18.16 flags `is_readonly` only once its session is found
+/// expired) and none of `database`'s replicated tables is read-only. The failure reads
+/// as the server's "table is read-only" answer (code 242), naming the cause.
+async fn cluster_ping(client: &Client, database: &str) -> Result<(), clickhouse::error::Error> {
+    use clickhouse::error::Error;
+    #[derive(Row, Deserialize)]
+    struct Count {
+        n: u64,
+    }
+    let zk = client
+        .query("SELECT toUInt64(count()) AS n FROM system.zookeeper WHERE path = '/'")
+        .fetch_one::<Count>();
+    match tokio::time::timeout(ZOOKEEPER_PING, zk).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if matches!(e, Error::Network(_)) => return Err(e),
+        Ok(Err(_)) | Err(_) => return Err(Error::BadResponse(
+            "Code: 242, this node does not reach ZooKeeper: its replicated tables are read-only"
+                .to_owned(),
+        )),
+    }
+    let read_only = client
+        .query(
+            "SELECT toUInt64(count()) AS n FROM system.replicas \
+             WHERE database = ? AND is_readonly",
+        )
+        .bind(database)
+        .fetch_one::<Count>()
+        .await?;
+    if read_only.n > 0 {
+        return Err(Error::BadResponse(format!(
+            "Code: 242, {} replicated tables are read-only on this node",
+            read_only.n
+        )));
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl EventSink for ClickHouseSink {
     async fn write(&self, write: SinkWrite) -> Result<(), SinkError> {
@@ -457,9 +501,9 @@ impl EventSink for ClickHouseSink {
         Ok(())
     }
 
-    /// Ready when any endpoint answers (all asked at once); on a cluster, one whose
-    /// replicated tables take writes: with ZooKeeper lost they are read-only, and the
-    /// cause is what readiness reports.
+    /// Ready when any endpoint answers (all asked at once); on a cluster, one that reaches
+    /// ZooKeeper and whose replicated tables take writes: without ZooKeeper they cannot,
+    /// and the cause is what readiness reports.
     async fn ping(&self) -> Result<(), SinkError> {
         let database = self.database.as_str();
         let cluster = self.cluster.is_some();
@@ -468,26 +512,7 @@ impl EventSink for ClickHouseSink {
                 if !cluster {
                     return client.query("SELECT 1").execute().await;
                 }
-                #[derive(Row, Deserialize)]
-                struct Count {
-                    n: u64,
-                }
-                let read_only = client
-                    .query(
-                        "SELECT toUInt64(count()) AS n FROM system.replicas \
-                         WHERE database = ? AND is_readonly",
-                    )
-                    .bind(database)
-                    .fetch_one::<Count>()
-                    .await?;
-                if read_only.n > 0 {
-                    return Err(clickhouse::error::Error::BadResponse(format!(
-                        "Code: 242, replicated tables are read-only on this node \
-                         ({} of them; is ZooKeeper reachable?)",
-                        read_only.n
-                    )));
-                }
-                Ok(())
+                cluster_ping(&client, database).await
             })
             .await
             .map_err(map_err)

@@ -456,10 +456,16 @@ async fn zookeeper_stopped_for_30_s_on_the_cluster_is_spooled_through() {
         back.elapsed()
     );
     let acked = answers.len() as u64;
-    assert_eq!(
-        ch.stored(&database).await,
-        (acked * EVENTS_PER_BATCH, acked)
-    );
+    // Drained means on one replica of each shard; a read through the Distributed table may
+    // reach the other replica, which fetches the parts after ZooKeeper's return: wait for
+    // the replicas to agree.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut stored = ch.stored(&database).await;
+    while stored != (acked * EVENTS_PER_BATCH, acked) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stored = ch.stored(&database).await;
+    }
+    assert_eq!(stored, (acked * EVENTS_PER_BATCH, acked));
     app.shutdown().await;
 }
 

@@ -231,6 +231,21 @@ async fn post(http: &reqwest::Client, base: &str, key: &str, body: &Value) -> An
     (r.ok().map(|r| r.status()), started.elapsed())
 }
 
+/// Every answer was 204 (the first few others are shown when not).
+fn assert_all_204(answers: &[Answer]) {
+    let refused: Vec<_> = answers
+        .iter()
+        .filter(|(s, _)| *s != Some(StatusCode::NO_CONTENT))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "{} of {} not 204: {:?}",
+        refused.len(),
+        answers.len(),
+        &refused[..refused.len().min(5)]
+    );
+}
+
 async fn readyz(base: &str) -> (StatusCode, Value) {
     parts(
         reqwest::get(format!("{base}/readyz"))
@@ -355,17 +370,7 @@ async fn clickhouse_stopped_for_60_s_under_steady_load_loses_nothing() {
         .into_iter()
         .flat_map(|r| r.expect("load task"))
         .collect();
-    let refused: Vec<_> = answers
-        .iter()
-        .filter(|(s, _)| *s != Some(StatusCode::NO_CONTENT))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "{} of {} not 204: {:?}",
-        refused.len(),
-        answers.len(),
-        &refused[..refused.len().min(5)]
-    );
+    assert_all_204(&answers);
     let slowest = answers.iter().map(|(_, t)| *t).max().unwrap_or_default();
     eprintln!(
         "{} batches, {spooled} spooled at the end of the outage, slowest answer {slowest:?}",
@@ -438,17 +443,7 @@ async fn zookeeper_stopped_for_30_s_on_the_cluster_is_spooled_through() {
         .into_iter()
         .flat_map(|r| r.expect("load task"))
         .collect();
-    let refused: Vec<_> = answers
-        .iter()
-        .filter(|(s, _)| *s != Some(StatusCode::NO_CONTENT))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "{} of {} not 204: {:?}",
-        refused.len(),
-        answers.len(),
-        &refused[..refused.len().min(5)]
-    );
+    assert_all_204(&answers);
     wait_drained(&app).await;
     eprintln!(
         "{} batches; everything stored {:?} after ZooKeeper returned",

@@ -10,13 +10,19 @@
 # server CPU per event (the drain included), the writer's ClickHouse writes per second of
 # load and rows per write (each write is one insert of events and one of batch records).
 #
+# After each shape's rounds, the same load against `null_server` (bench/src/bin: HTTP and
+# JSON, nothing stored): the harness's no-storage ceiling on the same cores.
+#
 # Usage: bench/spool-ab.sh SERVER [rounds (1)]
-# Env: LOADGEN (target/release/loadgen), QOE (target/release/qoe), CLICKHOUSE_URL, PORT
-# (18090), METRICS_PORT (18091), SHAPES ("loadgen qoe").
+# Env: LOADGEN (target/release/loadgen), QOE (target/release/qoe), NULL_SERVER
+# (target/release/null_server), CLICKHOUSE_URL, PORT (18090), METRICS_PORT (18091),
+# NULL_PORT (18099), SHAPES ("loadgen qoe").
 set -euo pipefail
 SERVER="$1"; ROUNDS="${2:-1}"
 LOADGEN="${LOADGEN:-target/release/loadgen}"
 QOE="${QOE:-target/release/qoe}"
+NULL_SERVER="${NULL_SERVER:-target/release/null_server}"
+NULL_PORT="${NULL_PORT:-18099}"
 METRICS_PORT="${METRICS_PORT:-18091}"
 DURATION="${DURATION:-20}"
 source "$(dirname "$0")/lib.sh"
@@ -28,19 +34,39 @@ metric() {
         name == n && index($1, l) { s += $2 } END { print s + 0 }'
 }
 
+# The load of shape $1 against the server at $2 with key $3; prints the client's JSON.
+client() {
+    if [ "$1" = qoe ]; then
+        "$QOE" http --url "$2" --key "$3" --connections "${QOE_CONNECTIONS:-2048}" \
+            --duration "$DURATION" --json | tail -1
+    else
+        "$LOADGEN" http --url "$2" --key "$3" --connections 256 \
+            --batch 50 --batches-per-session 20 --duration "$DURATION" --json | tail -1
+    fi
+}
+
+# The same load against bench's null_server (HTTP and JSON, nothing stored): the harness's
+# ceiling on these cores.
+ceiling() {
+    local shape="$1" log out pid
+    log="$(mktemp)"
+    "$NULL_SERVER" --listen "127.0.0.1:$NULL_PORT" >"$log" 2>&1 &
+    pid=$!
+    until grep -q listening "$log"; do sleep 0.1; done
+    out="$(client "$shape" "http://127.0.0.1:$NULL_PORT" null-key)"
+    kill "$pid"; wait "$pid" 2>/dev/null || true; rm -f "$log"
+    python3 -c "
+import json; d = json.loads('''$out''')
+print('$shape ceiling (null_server, nothing stored): %d events/s, %d errors' % (d['events_per_s'], d['errors']))"
+}
+
 run() {
     local label="$1" shape="$2" spool="$3" db="spool_ab_$(date +%s)_$RANDOM"
     STREAMWATCH_SPOOL="$spool" STREAMWATCH_METRICS_LISTEN="127.0.0.1:$METRICS_PORT" \
         start_server "$SERVER" "$db" 3600s
     local s0 c0 s1 c1 out t0 drain
     s0="$(cpu_of "$SERVER_PID")"; c0="$(cpu_of "$CH_PID")"
-    if [ "$shape" = qoe ]; then
-        out="$("$QOE" http --url "$BASE" --key "$API_KEY" --connections "${QOE_CONNECTIONS:-2048}" \
-            --duration "$DURATION" --json | tail -1)"
-    else
-        out="$("$LOADGEN" http --url "$BASE" --key "$API_KEY" --connections 256 \
-            --batch 50 --batches-per-session 20 --duration "$DURATION" --json | tail -1)"
-    fi
+    out="$(client "$shape" "$BASE" "$API_KEY")"
     t0="$(date +%s.%N)"
     # The spool's gauges are refreshed every second: wait for an empty spool twice in a row.
     local empty=0
@@ -69,4 +95,6 @@ for shape in ${SHAPES:-loadgen qoe}; do
             run "$shape round $r:" "$shape" "$side"
         done
     done
+    sleep 10
+    ceiling "$shape"
 done

@@ -105,7 +105,12 @@ impl Drainer {
                 };
                 if let Some(last) = records.last() {
                     taken = last.id;
-                    let mut peeked = decode(records, self.live.is_some());
+                    // Decoding thousands of batches is CPU work of tens of milliseconds:
+                    // on a blocking thread, not on the workers that answer requests.
+                    let live = self.live.is_some();
+                    let mut peeked = tokio::task::spawn_blocking(move || decode(records, live))
+                        .await
+                        .map_err(|e| format!("spool decode task: {e}"))?;
                     let write = std::mem::take(&mut peeked.write);
                     let writer = self.writer.clone();
                     in_flight.push_back(Flight {

@@ -100,6 +100,7 @@ mod error;
 mod lock;
 mod recovery;
 mod store;
+mod tail;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -262,7 +263,9 @@ impl Spool {
         options: SpoolOptions,
     ) -> Result<Self, SpoolError> {
         let dir = dir.as_ref().to_owned();
-        let shared = Arc::new(Shared::new(options.max_bytes));
+        // The tail keeps as much as may wait for a commit: a few MiB in all (scale.md §3).
+        let tail_bytes = usize::try_from(options.memory_bytes).unwrap_or(usize::MAX);
+        let shared = Arc::new(Shared::new(options.max_bytes, tail_bytes));
         let (jobs, rx) = std::sync::mpsc::channel();
         let (ready, opened) = oneshot::channel();
         let (thread_dir, thread_shared) = (dir.clone(), shared.clone());
@@ -366,13 +369,18 @@ impl Spool {
     }
 
     /// [`Spool::peek`] of the records after `after` only: a drainer with an insert in
-    /// flight reads the next records meanwhile (ids grow, so they come after it).
+    /// flight reads the next records meanwhile (ids grow, so they come after it). When
+    /// the records after `after` are the last ones committed, they come from memory
+    /// (the tail: module `tail`), without a turn on the spool's thread.
     pub async fn peek_after(
         &self,
         after: RecordId,
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<SpooledRecord>, SpoolError> {
+        if let Some(records) = self.inner.shared.take_tail(after.0, max_records, max_bytes) {
+            return Ok(records);
+        }
         let (reply, answer) = oneshot::channel();
         self.send(Job::Peek {
             after: after.0,

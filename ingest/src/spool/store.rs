@@ -135,6 +135,8 @@ pub(crate) struct Totals {
     pub bytes: u64,
     pub oldest_ms: Option<i64>,
     pub quarantined: u64,
+    /// [`Store::highest_id`].
+    pub highest_id: i64,
 }
 
 /// The outcome of a peek: records in order, and those moved to quarantine on the
@@ -196,6 +198,7 @@ impl Store {
     }
 
     pub(crate) fn totals(&self) -> rusqlite::Result<Totals> {
+        let highest_id = self.highest_id()?;
         self.conn.query_row(
             "SELECT count(*), coalesce(sum(length(payload)), 0),
                     (SELECT spooled_at FROM records ORDER BY id LIMIT 1),
@@ -210,6 +213,7 @@ impl Store {
                     bytes: payload as u64 + records as u64 * RECORD_OVERHEAD,
                     oldest_ms: r.get(2)?,
                     quarantined: r.get::<_, i64>(3)? as u64,
+                    highest_id,
                 })
             },
         )

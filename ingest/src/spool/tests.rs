@@ -465,3 +465,49 @@ async fn a_drained_spool_hands_its_free_pages_back_to_the_filesystem() {
     );
     assert_eq!(spool.peek(10, 1 << 20).await.expect("peek").len(), 1);
 }
+
+#[tokio::test]
+async fn a_drainer_that_keeps_up_peeks_from_memory_without_the_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spool = Spool::open(dir.path(), 1 << 30).await.expect("open");
+    for i in 0..3 {
+        spool.append(record(i, 100)).await.expect("append");
+    }
+    // The thread is held: only the tail can answer.
+    let gate = spool.gate();
+    let first = spool
+        .peek_after(RecordId(0), 2, 1 << 20)
+        .await
+        .expect("peek");
+    assert_eq!(
+        first,
+        vec![
+            SpooledRecord {
+                id: RecordId(1),
+                spooled_at_ms: first[0].spooled_at_ms,
+                events: 1,
+                payload: record(0, 100).payload
+            },
+            SpooledRecord {
+                id: RecordId(2),
+                spooled_at_ms: first[1].spooled_at_ms,
+                events: 2,
+                payload: record(1, 100).payload
+            },
+        ]
+    );
+    let next = spool
+        .peek_after(RecordId(2), 10, 1 << 20)
+        .await
+        .expect("peek");
+    assert_eq!(next.iter().map(|r| r.id).collect::<Vec<_>>(), [RecordId(3)]);
+    drop(gate);
+    // Peeked from memory, still in the spool: a peek from the oldest reads them again.
+    let again = spool.peek(10, 1 << 20).await.expect("peek");
+    assert_eq!(
+        again.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [RecordId(1), RecordId(2), RecordId(3)]
+    );
+    assert_eq!(again[..2], first[..]);
+    assert_eq!(spool.stats().records, 3);
+}

@@ -13,6 +13,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use super::lock::DirLock;
 use super::recovery;
 use super::store::{is_damage, record_cost, unix_ms, Store, Totals, CRC32C};
+use super::tail::Tail;
 use super::{RecordId, Removed, SpoolError, SpoolStats, SpooledRecord};
 
 /// Appends and removals taken into one transaction at most (the memory budget
@@ -58,6 +59,8 @@ pub(super) struct Shared {
     pub max_bytes: u64,
     space: Mutex<Space>,
     counters: Mutex<Counters>,
+    /// The records committed last, for a drainer that keeps up.
+    tail: Mutex<Tail>,
     /// Woken after each commit that added records (the drainer waits on it).
     pub appended: tokio::sync::Notify,
 }
@@ -89,11 +92,13 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(super) fn new(max_bytes: u64) -> Self {
+    /// `tail_bytes`: most payload bytes the tail keeps in memory.
+    pub(super) fn new(max_bytes: u64, tail_bytes: usize) -> Self {
         Self {
             max_bytes,
             space: Mutex::default(),
             counters: Mutex::default(),
+            tail: Mutex::new(Tail::new(i64::MAX, tail_bytes)),
             appended: tokio::sync::Notify::new(),
         }
     }
@@ -101,6 +106,8 @@ impl Shared {
     /// Sets the counters from what the database holds (at open, after a rebuild).
     pub(super) fn load(&self, totals: &Totals) {
         locked(&self.space).held = totals.bytes;
+        // What the database holds is read from it; the tail takes what comes next.
+        locked(&self.tail).reset(totals.highest_id);
         let mut c = locked(&self.counters);
         c.records = totals.records;
         c.oldest_ms = totals.oldest_ms;
@@ -137,6 +144,21 @@ impl Shared {
     pub(super) fn not_enqueued(&self) {
         let mut space = locked(&self.space);
         space.queued_records = space.queued_records.saturating_sub(1);
+    }
+
+    /// The thread stops: peeks go to it no more (and fail as closed).
+    fn closing(&self) {
+        locked(&self.tail).reset(i64::MAX);
+    }
+
+    /// [`Tail::take_after`]: the next records from memory, when the tail has them all.
+    pub(super) fn take_tail(
+        &self,
+        after: i64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Option<Vec<SpooledRecord>> {
+        locked(&self.tail).take_after(after, max_records, max_bytes)
     }
 
     pub(super) fn stats(&self) -> SpoolStats {
@@ -188,6 +210,7 @@ pub(super) fn run(
                 reply,
             } => peek(&mut store, &shared, after, max_records, max_bytes, reply),
             Job::Close { reply } => {
+                shared.closing();
                 close(store);
                 drop(lock);
                 let _ = reply.send(());
@@ -227,13 +250,21 @@ pub(super) fn run(
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "spool: cannot rebuild the damaged database; the spool is closed");
+                    shared.closing();
                     return;
                 }
             }
         }
     }
+    shared.closing();
     close(store);
     drop(lock);
+}
+
+/// A committed job's reply, sent once the tail holds the group's records.
+enum Answer {
+    Appended(oneshot::Sender<Result<RecordId, SpoolError>>, RecordId),
+    Removed(oneshot::Sender<Result<Removed, SpoolError>>, Removed),
 }
 
 /// What one job of a group did, to be answered once the group is committed.
@@ -324,11 +355,34 @@ fn commit_group(store: &mut Store, shared: &Shared, mut group: Vec<Job>) -> Opti
             c.oldest_ms = oldest;
         }
     }
-    for (job, done) in group.into_iter().zip(done) {
-        match (job, done) {
-            (Job::Append(a), Done::Appended(id)) => drop(a.reply.send(Ok(id))),
-            (Job::Remove { reply, .. }, Done::Removed(r)) => drop(reply.send(Ok(r))),
-            _ => {}
+    let mut answers = Vec::with_capacity(group.len());
+    {
+        // Durable now: into the tail before anyone hears of them (an acknowledged record
+        // is in the tail or below its floor, never neither).
+        let mut tail = locked(&shared.tail);
+        for (job, done) in group.into_iter().zip(done) {
+            match (job, done) {
+                (Job::Append(a), Done::Appended(id)) => {
+                    tail.push(SpooledRecord {
+                        id,
+                        spooled_at_ms: now,
+                        events: a.events,
+                        payload: a.payload,
+                    });
+                    answers.push(Answer::Appended(a.reply, id));
+                }
+                (Job::Remove { through, reply }, Done::Removed(r)) => {
+                    tail.removed_through(through.0);
+                    answers.push(Answer::Removed(reply, r));
+                }
+                _ => {}
+            }
+        }
+    }
+    for answer in answers {
+        match answer {
+            Answer::Appended(reply, id) => drop(reply.send(Ok(id))),
+            Answer::Removed(reply, r) => drop(reply.send(Ok(r))),
         }
     }
     if appended > 0 {

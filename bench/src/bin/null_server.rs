@@ -28,7 +28,7 @@ async fn telemetry(headers: HeaderMap, body: Bytes) -> StatusCode {
     {
         return StatusCode::UNAUTHORIZED;
     }
-    match serde_json::from_slice::<serde_json::de::IgnoredAny>(&body) {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
         Ok(_) => StatusCode::NO_CONTENT,
         Err(_) => StatusCode::BAD_REQUEST,
     }

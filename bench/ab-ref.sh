@@ -15,7 +15,8 @@
 # prints none), errors; and per round, engine and shape: today / baseline events/s.
 # The baseline's worktree and target dir (2-3 GB) are removed on exit, whatever happens.
 # ClickHouse databases are detached, not dropped, after each run (bench/lib.sh says why).
-# Env: DURATION (20 s per run), ENGINES ("sqlite clickhouse"), SHAPES ("loadgen qoe"),
+# Env: BASE_BIN (a baseline server binary built before: REF is then only its label, nothing is
+# built for it), DURATION (20 s per run), ENGINES ("sqlite clickhouse"), SHAPES ("loadgen qoe"),
 # QOE_CONNECTIONS (2048), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090),
 # BASE_TMP (a temp dir under /tmp; must have ~3 GB free).
 set -euo pipefail
@@ -37,10 +38,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "== $(date -u +%H:%M:%S) building $REF ($(git rev-parse --short "$REF")) in $WORK"
-git worktree add --detach "$WORK/src" "$REF" >/dev/null
-(cd "$WORK/src" && CARGO_TARGET_DIR="$WORK/target" cargo build --release --quiet -p streamwatch --bin streamwatch)
-OLD="$WORK/target/release/streamwatch"
+if [ -n "${BASE_BIN:-}" ]; then
+    # A baseline built before (e.g. the previous commit's release binary, copied aside).
+    OLD="$BASE_BIN"
+    echo "== baseline: $OLD (given as $REF)"
+else
+    echo "== $(date -u +%H:%M:%S) building $REF ($(git rev-parse --short "$REF")) in $WORK"
+    git worktree add --detach "$WORK/src" "$REF" >/dev/null
+    (cd "$WORK/src" && CARGO_TARGET_DIR="$WORK/target" cargo build --release --quiet -p streamwatch --bin streamwatch)
+    OLD="$WORK/target/release/streamwatch"
+fi
 echo "== $(date -u +%H:%M:%S) building today's $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')"
 cargo build --release --quiet -p streamwatch --bin streamwatch -p bench --bin loadgen --bin qoe
 NEW="$ROOT/target/release/streamwatch"

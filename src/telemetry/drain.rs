@@ -29,10 +29,11 @@ use tokio::sync::watch;
 
 use super::Spooling;
 
-/// Inserts in flight at once. With 2, the next peek and its decoding overlap the insert
-/// before it and the outage run's catch-up was 1.8× faster, but the peeks share the spool's
-/// one thread with the appends, and under that load 0.5 % of batches missed the 1.5 s
-/// deadline (docs/benchmarks.md, "Spool on the service path"): acknowledging comes first.
+/// Inserts in flight at once. Two were measured against one in the outage run at half the
+/// maximum rate (docs/benchmarks.md, "The spool's tail"): no faster catch-up (the drain is
+/// bound by the CPU that ClickHouse's inserts and the live load share), and with the
+/// catch-up's peeks and removals twice as dense on the spool's thread, acknowledgements
+/// stalled for up to 18 s (0.6 % of batches refused). Acknowledging comes first.
 const IN_FLIGHT: usize = 1;
 /// Most batches in one insert.
 pub const PEEK_BATCHES: usize = 20_000;

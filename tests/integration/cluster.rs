@@ -314,6 +314,10 @@ async fn answers(
         "/api/v1/qoe/breakdown?metric=startupTimeMs&measurement=p95&by=contentId",
         "/api/v1/qoe/breakdown?metric=views&by=streamId&orderBy=views",
         "/api/v1/qoe/views?limit=1000",
+        "/api/v1/qoe/views?limit=7",
+        "/api/v1/qoe/overview?filter=!deviceType:desktop&filter=browser:Chrome&filter=browser:Safari",
+        "/api/v1/qoe/timeseries?metric=avgBitrateKbps&granularity=day",
+        "/api/v1/qoe/breakdown?metric=rebufferPct&by=os&orderBy=value&limit=3",
     ]
     .iter()
     .map(|p| format!("{p}{}{R}", if p.contains('?') { "&" } else { "?" }))

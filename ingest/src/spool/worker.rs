@@ -4,7 +4,7 @@
 //! that transaction is durable.
 
 use std::path::PathBuf;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crc::Digest;
@@ -194,22 +194,30 @@ pub(super) fn run(
 ) {
     // A request that ended the previous group (a peek, a close) waits here.
     let mut carry: Option<Job> = None;
+    let mut vacuum = Vacuum::default();
     loop {
         let job = match carry.take() {
-            Some(job) => job,
+            Some(job) => Some(job),
+            // While free pages are being handed back, an idle moment is a step's turn.
+            None if vacuum.running => match rx.try_recv() {
+                Ok(job) => Some(job),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => break,
+            },
             None => match rx.recv() {
-                Ok(job) => job,
+                Ok(job) => Some(job),
                 Err(_) => break,
             },
         };
         let damage = match job {
-            Job::Peek {
+            None => vacuum.step(&mut store),
+            Some(Job::Peek {
                 after,
                 max_records,
                 max_bytes,
                 reply,
-            } => peek(&mut store, &shared, after, max_records, max_bytes, reply),
-            Job::Close { reply } => {
+            }) => peek(&mut store, &shared, after, max_records, max_bytes, reply),
+            Some(Job::Close { reply }) => {
                 shared.closing();
                 close(store);
                 drop(lock);
@@ -217,11 +225,11 @@ pub(super) fn run(
                 return;
             }
             #[cfg(test)]
-            Job::Gate(gate) => {
+            Some(Job::Gate(gate)) => {
                 let _ = gate.recv();
                 None
             }
-            write @ (Job::Append(_) | Job::Remove { .. }) => {
+            Some(write @ (Job::Append(_) | Job::Remove { .. })) => {
                 let mut group = vec![write];
                 while group.len() < MAX_GROUP {
                     match rx.try_recv() {
@@ -233,7 +241,10 @@ pub(super) fn run(
                         Err(_) => break,
                     }
                 }
-                commit_group(&mut store, &shared, group)
+                // Under a steady load the thread is seldom idle: a step after each group
+                // too, so that the file shrinks while ingest goes on (each step is small).
+                commit_group(&mut store, &shared, &mut vacuum, group)
+                    .or_else(|| vacuum.running.then(|| vacuum.step(&mut store)).flatten())
             }
         };
         if let Some(cause) = damage {
@@ -245,6 +256,7 @@ pub(super) fn run(
             }) {
                 Ok((rebuilt, totals)) => {
                     store = rebuilt;
+                    vacuum = Vacuum::default();
                     shared.load(&totals);
                     locked(&shared.counters).rebuilds += 1;
                 }
@@ -275,7 +287,12 @@ enum Done {
 
 /// Writes a group in one transaction and answers each job. Returns the cause
 /// when the database turned out damaged.
-fn commit_group(store: &mut Store, shared: &Shared, mut group: Vec<Job>) -> Option<String> {
+fn commit_group(
+    store: &mut Store,
+    shared: &Shared,
+    vacuum: &mut Vacuum,
+    mut group: Vec<Job>,
+) -> Option<String> {
     let now = unix_ms();
     let result = store.write_group(|g| {
         let mut done = Vec::with_capacity(group.len());
@@ -388,15 +405,48 @@ fn commit_group(store: &mut Store, shared: &Shared, mut group: Vec<Job>) -> Opti
     if appended > 0 {
         shared.appended.notify_waiters();
     }
-    if had_removals {
-        match store.release_free_pages(held) {
-            Ok(0) => {}
-            Ok(bytes) => tracing::info!(bytes, "spool: free pages handed back to the filesystem"),
+    if had_removals && !vacuum.running {
+        match store.vacuum_due(held) {
+            Ok(due) => vacuum.running = due,
             Err(e) if is_damage(&e) => return Some(e.to_string()),
-            Err(e) => tracing::warn!(error = %e, "spool: could not hand free pages back"),
+            Err(e) => tracing::warn!(error = %e, "spool: could not count free pages"),
         }
     }
     None
+}
+
+/// Handing an outage's free pages back, in steps between the requests.
+#[derive(Default)]
+struct Vacuum {
+    running: bool,
+    released: u64,
+}
+
+impl Vacuum {
+    /// One step; the cause when the database turned out damaged.
+    fn step(&mut self, store: &mut Store) -> Option<String> {
+        match store.vacuum_step() {
+            Ok((bytes, more)) => {
+                self.released += bytes;
+                if !more {
+                    tracing::info!(
+                        bytes = self.released,
+                        "spool: free pages handed back to the filesystem"
+                    );
+                    *self = Vacuum::default();
+                }
+                None
+            }
+            Err(e) => {
+                *self = Vacuum::default();
+                if is_damage(&e) {
+                    return Some(e.to_string());
+                }
+                tracing::warn!(error = %e, "spool: could not hand free pages back");
+                None
+            }
+        }
+    }
 }
 
 fn peek(

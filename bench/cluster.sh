@@ -10,14 +10,27 @@
 #
 # Usage: bench/cluster.sh [duration-seconds (30)] [rounds (2)]
 # Env:   CONNECTIONS (1024), QOE (target/release/qoe), SERVER (target/release/streamwatch),
-#        SPOOL (off: 204 = in ClickHouse, so both sides' CPU is counted for what they
-#        stored; on: acknowledged from the spool), SKIP_BUILD=1 to reuse existing binaries.
+#        SPOOL (on, the service's default: acknowledged from the spool, and the readings are
+#        taken once the spool has drained, so both sides' CPU is counted for what they
+#        stored; off: 204 = in ClickHouse, every request's rows in the writer's next insert),
+#        SKIP_BUILD=1 to reuse existing binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 DURATION="${1:-30}"; ROUNDS="${2:-2}"
 QOE="${QOE:-target/release/qoe}"; SERVER="${SERVER:-target/release/streamwatch}"
-PORT="${PORT:-18091}"; BASE="http://127.0.0.1:$PORT"
+PORT="${PORT:-18091}"; BASE="http://127.0.0.1:$PORT"; METRICS_PORT="${METRICS_PORT:-18092}"
+SPOOL="${SPOOL:-on}"
+
+# Waits until the server's spool is empty (its gauge is refreshed every second: twice in a row).
+drained() {
+    local empty=0 b
+    while [ "$empty" -lt 2 ]; do
+        b="$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | awk '$1 == "streamwatch_spool_batches" { print $2 }')"
+        if [ "${b:-0}" = 0 ]; then empty=$((empty + 1)); else empty=0; fi
+        sleep 0.5
+    done
+}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     cargo build --release -p streamwatch --bin streamwatch -p bench --bin qoe
 fi
@@ -43,7 +56,8 @@ run() {
     cluster="$(sed -n 's/^CLICKHOUSE_CLUSTER=//p' "$WORK/$side.env")"
     SERVER_DIR="$(mktemp -d /tmp/bench-server.XXXXXX)"
     env -u DATABASE_URL CLICKHOUSE_URL="$url" CLICKHOUSE_CLUSTER="$cluster" CLICKHOUSE_DATABASE="$db" \
-        STREAMWATCH_SPOOL="${SPOOL:-off}" STREAMWATCH_QOE_REFRESH=10s STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
+        STREAMWATCH_SPOOL="$SPOOL" STREAMWATCH_QOE_REFRESH=10s STREAMWATCH_LISTEN="127.0.0.1:$PORT" \
+        STREAMWATCH_METRICS_LISTEN="127.0.0.1:$METRICS_PORT" \
         STREAMWATCH_DATA_DIR="$SERVER_DIR/data" STREAMWATCH_AUTH_RATE_LIMIT=off RUST_LOG=warn \
         "$SERVER" serve >"$SERVER_DIR/server.log" 2>&1 &
     SERVER_PID=$!
@@ -57,12 +71,13 @@ run() {
     s0="$(cpu_of "$SERVER_PID")"; c0="$(ch_cpu "$side")"; z0="$(zk_cpu "$side")"
     out="$("$QOE" http --url "$BASE" --key "$API_KEY" --connections "${CONNECTIONS:-1024}" \
         --duration "$DURATION" --json | tail -1)"
+    [ "$SPOOL" = on ] && drained
     s1="$(cpu_of "$SERVER_PID")"; c1="$(ch_cpu "$side")"; z1="$(zk_cpu "$side")"
     kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
     rm -rf "$SERVER_DIR"
     python3 -c "
 import json; d = json.loads('''$out'''); n = d['events_per_s'] * $DURATION
-print('round $round %-7s %7d events/s  streamwatch %6.2f us/event  ClickHouse %6.2f us/event  ZooKeeper %5.2f us/event' % (
+print('spool $SPOOL, round $round %-7s %7d events/s  streamwatch %6.2f us/event  ClickHouse %6.2f us/event  ZooKeeper %5.2f us/event' % (
     '$side', d['events_per_s'], ($s1 - $s0) / n * 1e6, ($c1 - $c0) / n * 1e6, ($z1 - $z0) / n * 1e6))"
 }
 

@@ -6,7 +6,8 @@
 # 256 connections; ClickHouse is stopped (SIGTERM) OUTAGE_AT (60) s in, for OUTAGE (120) s.
 # Prints: batches not answered 204, events acknowledged vs stored (FINAL), the spool's peak,
 # and how long the drain took after ClickHouse came back (load still running) against how
-# long the spool filled.
+# long the spool filled, and the cores the server, ClickHouse and the load generator used
+# while it drained.
 #
 # Usage: bench/spool-outage.sh SERVER RATE
 # Env: LOADGEN (target/release/loadgen), PORT (18090), METRICS_PORT (18091).
@@ -43,6 +44,9 @@ while python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $stopped < $OUTAGE 
 done
 "$CLUSTER" start-node s1r1 --dir "$CH_DIR" >/dev/null 2>&1
 back="$(date +%s.%N)"
+# CPU of the server, ClickHouse and the load generator over the catch-up: where the cores go.
+CH_NODE="$("$CLUSTER" pid s1r1 --dir "$CH_DIR")"
+cpu0="$(cpu_of "$SERVER_PID") $(cpu_of "$CH_NODE") $(cpu_of "$LOAD")"
 filled="$(python3 -c "print('%.0f' % ($back - $stopped))")"
 # Drained: the spool's oldest batch is younger than 2 s again (the load goes on).
 while :; do
@@ -52,6 +56,7 @@ while :; do
     sleep 0.5
 done
 drained="$(python3 -c "print('%.1f' % ($(date +%s.%N) - $back))")"
+cpu1="$(cpu_of "$SERVER_PID") $(cpu_of "$CH_NODE") $(cpu_of "$LOAD")"
 wait "$LOAD"
 # Everything acknowledged reaches ClickHouse: wait for an empty spool, then count.
 while [ "$(metric streamwatch_spool_batches)" != 0 ]; do sleep 0.5; done
@@ -65,5 +70,7 @@ acked = d['events']; stored = $stored
 print('outage run: %d s at %s events/s, ClickHouse stopped %s s from %s s' % ($DURATION, '$RATE', '$filled', '$OUTAGE_AT'))
 print('  batches not 204: %d; events acknowledged %d, stored %d, lost %d' % (d['errors'], acked, stored, max(0, acked - stored)))
 print('  latency p50 %.1f ms, p99 %.1f ms, max %.1f ms' % (d['p50_ms'], d['p99_ms'], d['max_ms']))
-print('  spool peak %d batches; filled for %s s, drained in %s s after ClickHouse returned (%.1fx faster)' % ($peak, '$filled', '$drained', float('$filled') / max(float('$drained'), 0.1)))"
+print('  spool peak %d batches; filled for %s s, drained in %s s after ClickHouse returned (%.1fx faster)' % ($peak, '$filled', '$drained', float('$filled') / max(float('$drained'), 0.1)))
+a = [float(x) for x in '$cpu0'.split()]; b = [float(x) for x in '$cpu1'.split()]; t = max(float('$drained'), 0.1)
+print('  cores used while draining: server %.2f, ClickHouse %.2f, load generator %.2f' % tuple((y - x) / t for x, y in zip(a, b)))"
 rm -f "$out"

@@ -18,7 +18,8 @@ LOADGEN="${LOADGEN:-target/release/loadgen}"
 METRICS_PORT="${METRICS_PORT:-18091}"
 CLUSTER="$(dirname "$0")/../scripts/clickhouse-cluster"
 CH_DIR="$(mktemp -d /tmp/spool-outage-ch.XXXXXX)"
-trap '"$CLUSTER" down --purge --dir "$CH_DIR" >/dev/null 2>&1 || true' EXIT
+SERVER_PID=""
+trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; "$CLUSTER" down --purge --dir "$CH_DIR" >/dev/null 2>&1 || true' EXIT
 eval "$("$CLUSTER" up --single --base-port auto --dir "$CH_DIR" --exit-with $$ 2>/dev/null | grep '^CLICKHOUSE_URL=')"
 export CLICKHOUSE_URL
 source "$(dirname "$0")/lib.sh"
@@ -46,7 +47,9 @@ done
 back="$(date +%s.%N)"
 # CPU of the server, ClickHouse and the load generator over the catch-up: where the cores go.
 CH_NODE="$("$CLUSTER" pid s1r1 --dir "$CH_DIR")"
-cpu0="$(cpu_of "$SERVER_PID") $(cpu_of "$CH_NODE") $(cpu_of "$LOAD")"
+cpus() { local p; for p in "$SERVER_PID" "$CH_NODE" "$LOAD"; do
+    if [ -r "/proc/$p/stat" ]; then printf '%s ' "$(cpu_of "$p")"; else printf 'nan '; fi; done; }
+cpu0="$(cpus)"
 filled="$(python3 -c "print('%.0f' % ($back - $stopped))")"
 # Drained: the spool's oldest batch is younger than 2 s again (the load goes on).
 while :; do
@@ -56,7 +59,7 @@ while :; do
     sleep 0.5
 done
 drained="$(python3 -c "print('%.1f' % ($(date +%s.%N) - $back))")"
-cpu1="$(cpu_of "$SERVER_PID") $(cpu_of "$CH_NODE") $(cpu_of "$LOAD")"
+cpu1="$(cpus)"  # nan: the load ended before the drain
 wait "$LOAD"
 # Everything acknowledged reaches ClickHouse: wait for an empty spool, then count.
 while [ "$(metric streamwatch_spool_batches)" != 0 ]; do sleep 0.5; done

@@ -341,8 +341,9 @@ impl Store {
     /// small commit, so that the appends waiting on this thread wait for one step, not
     /// for the whole file (a drained outage's spool is gigabytes: in one go that took
     /// 18 s, and every acknowledgement waited). Returns the bytes released and whether
-    /// free pages remain; after the last step the WAL is checkpointed, so the file
-    /// shrinks now rather than at the next automatic checkpoint.
+    /// more steps are due (free pages above a quarter of [`VACUUM_MIN_FREE_BYTES`]);
+    /// after the last step the WAL is checkpointed, so the file shrinks now rather than
+    /// at the next automatic checkpoint.
     pub(crate) fn vacuum_step(&mut self) -> rusqlite::Result<(u64, bool)> {
         let free = self.free_pages()?;
         let step = free.min(VACUUM_STEP_PAGES);
@@ -355,7 +356,9 @@ impl Store {
             let mut rows = vacuum.query([])?;
             while rows.next()?.is_some() {}
         }
-        let more = free > step;
+        // Down to a quarter of the threshold: the pages a steady drain frees and reuses
+        // (a few MiB per removal) would otherwise keep the steps going for ever.
+        let more = ((free - step) * PAGE_SIZE) as u64 >= VACUUM_MIN_FREE_BYTES / 4;
         if !more {
             self.checkpoint()?;
         }

@@ -13,7 +13,6 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
@@ -49,13 +48,12 @@ fn is_page(path: &str) -> bool {
     path == "/app" || path.starts_with("/app/") || path == "/login" || path == "/signup"
 }
 
-/// Middleware: a query with too many values of one parameter is a 400 (an HTML page on the
-/// dashboard's routes, the contract's `{ errors: { <param>: … } }` elsewhere).
-pub async fn bounded_query(req: Request, next: Next) -> Response {
-    let Some(param) = req.uri().query().and_then(over_limit) else {
-        return next.run(req).await;
-    };
-    if is_page(req.uri().path()) {
+/// A query with too many values of one parameter: its 400 (an HTML page on the dashboard's
+/// routes, the contract's `{ errors: { <param>: … } }` elsewhere), answered before any
+/// handler runs ([`super::layers::around`]).
+pub fn refuse_query(req: &Request) -> Option<Response> {
+    let param = req.uri().query().and_then(over_limit)?;
+    Some(if is_page(req.uri().path()) {
         PageError::BadRequest(format!(
             "The address gives “{}” more than {MAX_VALUES} different values: remove some and try again.",
             shorten(&param, 64)
@@ -63,7 +61,7 @@ pub async fn bounded_query(req: Request, next: Next) -> Response {
         .into_response()
     } else {
         ApiError::field(&param, too_many_values_message()).into_response()
-    }
+    })
 }
 
 fn shorten(s: &str, max: usize) -> String {
@@ -74,11 +72,10 @@ fn shorten(s: &str, max: usize) -> String {
     }
 }
 
-/// Middleware: a response whose body is known to be too large is a 500 (logged); one that
-/// grows past the limit while streaming is cut off (the connection ends mid-body, which no
-/// client mistakes for a complete answer).
-pub async fn capped_response(req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
+/// A response whose body is known to be too large becomes a 500 (logged); one that grows
+/// past the limit while streaming is cut off (the connection ends mid-body, which no client
+/// mistakes for a complete answer).
+pub fn cap(resp: Response) -> Response {
     if resp.body().size_hint().lower() > MAX_RESPONSE_BYTES {
         return ApiError::internal(format!(
             "a response of {} bytes is over the {MAX_RESPONSE_BYTES}-byte limit",

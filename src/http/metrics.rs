@@ -1,13 +1,12 @@
 //! The metrics listener's `GET /metrics` (the Prometheus scrape page of the recorder
-//! `crate::metrics` installs) and the middleware that counts and times every request of the
+//! `crate::metrics` installs) and the count and timing of every request of the
 //! API by route template.
 
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use metrics::{counter, histogram};
@@ -49,29 +48,48 @@ pub fn router(handle: PrometheusHandle) -> Router {
     )
 }
 
-/// HTTP middleware: one count and one latency observation per request, by route template
-/// (`/api/v1/streams/{id}`, never the id), method and status class.
-pub async fn track_requests(req: Request, next: Next) -> Response {
-    // The router's own template: bounded by the routes the service has.
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = method_label(req.method());
-    let started = Instant::now();
-    let resp = next.run(req).await.into_response();
-    let status = match resp.status().as_u16() {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    };
-    counter!("streamwatch_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-        .increment(1);
-    histogram!("streamwatch_http_request_duration_seconds", "route" => route, "method" => method)
-        .record(started.elapsed().as_secs_f64());
-    resp
+/// One count and one latency observation per request, by route template
+/// (`/api/v1/streams/{id}`, never the id), method and status class: taken when the request
+/// arrives ([`Tracked::start`]), recorded with its response ([`Tracked::done`]).
+pub struct Tracked {
+    route: String,
+    method: &'static str,
+    started: Instant,
+}
+
+impl Tracked {
+    /// The request's labels and its start.
+    pub fn start(req: &Request) -> Self {
+        Tracked {
+            // The router's own template: bounded by the routes the service has.
+            route: req
+                .extensions()
+                .get::<MatchedPath>()
+                .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned()),
+            method: method_label(req.method()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts the request with `resp`'s status class and records its latency.
+    pub fn done(self, resp: &Response) {
+        let status = match resp.status().as_u16() {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        let Tracked {
+            route,
+            method,
+            started,
+        } = self;
+        counter!("streamwatch_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
+            .increment(1);
+        histogram!("streamwatch_http_request_duration_seconds", "route" => route, "method" => method)
+            .record(started.elapsed().as_secs_f64());
+    }
 }
 
 fn method_label(m: &axum::http::Method) -> &'static str {

@@ -12,6 +12,7 @@ pub mod extract;
 pub mod health;
 pub mod invitations;
 pub mod keys;
+pub mod layers;
 pub mod metrics;
 pub mod openapi;
 pub mod pages;
@@ -160,10 +161,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 ApiError::internal(format!("request handler panicked: {message}")).into_response()
             },
         ))
-        .layer(middleware::from_fn(bounds::bounded_query))
-        .layer(middleware::from_fn(bounds::capped_response))
-        .layer(middleware::from_fn(security::headers))
-        .layer(middleware::from_fn(metrics::track_requests))
+        .layer(middleware::from_fn(layers::around))
         // Request ids: taken from `x-request-id` or generated, on every log line of the
         // request (the access log line included), and echoed in the response.
         .layer(PropagateRequestIdLayer::x_request_id())

@@ -9,8 +9,8 @@ use super::error::ApiError;
 
 /// Every distinct `key=value` pair of the query string, percent-decoded, in order of first
 /// appearance: a value repeated is kept once (decisions.md §14; at most
-/// [`MAX_VALUES`](super::bounds::MAX_VALUES) distinct values of one key reach a handler, the
-/// [`bounded_query`](super::bounds::bounded_query) middleware answers 400 past that).
+/// [`MAX_VALUES`](super::bounds::MAX_VALUES) distinct values of one key reach a handler:
+/// [`refuse_query`](super::bounds::refuse_query) answers 400 past that).
 #[derive(Debug, Default, Clone)]
 pub struct QueryPairs(pub Vec<(String, String)>);
 

@@ -3,9 +3,7 @@
 //! and styles from this origin only — no inline script, no `unsafe-inline`, no `eval` — so a
 //! query parameter or a stored value can never become script on the service's origin.
 
-use axum::extract::Request;
 use axum::http::{header, HeaderValue};
-use axum::middleware::Next;
 use axum::response::Response;
 
 /// The policy of every HTML page that does not set its own.
@@ -21,9 +19,8 @@ pub const DEMO_PLAYER_CSP: &str = "default-src 'self'; script-src 'self'; style-
     worker-src 'self' blob:; font-src 'self'; object-src 'none'; base-uri 'none'; \
     form-action 'self'; frame-ancestors 'none'";
 
-/// Adds the security headers a handler did not set itself.
-pub async fn headers(req: Request, next: Next) -> Response {
-    let mut resp = next.run(req).await;
+/// Adds the security headers a handler did not set itself ([`super::layers::around`]).
+pub fn add_headers(resp: &mut Response) {
     let h = resp.headers_mut();
     h.entry(header::X_CONTENT_TYPE_OPTIONS)
         .or_insert(HeaderValue::from_static("nosniff"));
@@ -39,7 +36,6 @@ pub async fn headers(req: Request, next: Next) -> Response {
         h.entry(header::X_FRAME_OPTIONS)
             .or_insert(HeaderValue::from_static("DENY"));
     }
-    resp
 }
 
 #[cfg(test)]

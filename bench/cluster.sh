@@ -22,15 +22,6 @@ QOE="${QOE:-target/release/qoe}"; SERVER="${SERVER:-target/release/streamwatch}"
 PORT="${PORT:-18091}"; BASE="http://127.0.0.1:$PORT"; METRICS_PORT="${METRICS_PORT:-18092}"
 SPOOL="${SPOOL:-on}"
 
-# Waits until the server's spool is empty (its gauge is refreshed every second: twice in a row).
-drained() {
-    local empty=0 b
-    while [ "$empty" -lt 2 ]; do
-        b="$(curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" | awk '$1 == "streamwatch_spool_batches" { print $2 }')"
-        if [ "${b:-0}" = 0 ]; then empty=$((empty + 1)); else empty=0; fi
-        sleep 0.5
-    done
-}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     cargo build --release -p streamwatch --bin streamwatch -p bench --bin qoe
 fi
@@ -71,7 +62,7 @@ run() {
     s0="$(cpu_of "$SERVER_PID")"; c0="$(ch_cpu "$side")"; z0="$(zk_cpu "$side")"
     out="$("$QOE" http --url "$BASE" --key "$API_KEY" --connections "${CONNECTIONS:-1024}" \
         --duration "$DURATION" --json | tail -1)"
-    [ "$SPOOL" = on ] && drained
+    [ "$SPOOL" = on ] && wait_spool_drained "$METRICS_PORT"
     s1="$(cpu_of "$SERVER_PID")"; c1="$(ch_cpu "$side")"; z1="$(zk_cpu "$side")"
     kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
     rm -rf "$SERVER_DIR"

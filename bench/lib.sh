@@ -1,5 +1,6 @@
 # Helpers shared by the bench scripts (sourced, not run): CH_URL, CH_PID, cpu_of,
-# detach_database, start_server and stop_server. Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
+# detach_database, start_server, stop_server and wait_spool_drained.
+# Env: CLICKHOUSE_URL (http://127.0.0.1:8123).
 CH_URL="${CLICKHOUSE_URL:-http://127.0.0.1:8123}"
 
 # The pid of the ClickHouse server on this host (CPU readings need it local).
@@ -43,4 +44,15 @@ start_server() {
 stop_server() {
     kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
     rm -rf "$SERVER_DIR"
+}
+
+# Waits until the spool of the server whose metrics listen on 127.0.0.1:$1 is empty. Its
+# gauge is refreshed every second: an empty reading twice in a row, half a second apart.
+wait_spool_drained() {
+    local empty=0 b
+    while [ "$empty" -lt 2 ]; do
+        b="$(curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "streamwatch_spool_batches" { print $2 }')"
+        if [ "${b:-0}" = 0 ]; then empty=$((empty + 1)); else empty=0; fi
+        sleep 0.5
+    done
 }

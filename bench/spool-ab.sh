@@ -68,12 +68,7 @@ run() {
     s0="$(cpu_of "$SERVER_PID")"; c0="$(cpu_of "$CH_PID")"
     out="$(client "$shape" "$BASE" "$API_KEY")"
     t0="$(date +%s.%N)"
-    # The spool's gauges are refreshed every second: wait for an empty spool twice in a row.
-    local empty=0
-    while [ "$spool" = on ] && [ "$empty" -lt 2 ]; do
-        if [ "$(metric streamwatch_spool_batches)" = 0 ]; then empty=$((empty + 1)); else empty=0; fi
-        sleep 0.5
-    done
+    [ "$spool" = on ] && wait_spool_drained "$METRICS_PORT"
     drain="$(python3 -c "print('%.1f' % (max(0.0, $(date +%s.%N) - $t0 - 1.0)))")"
     s1="$(cpu_of "$SERVER_PID")"; c1="$(cpu_of "$CH_PID")"
     local writes rows

@@ -243,8 +243,10 @@ pub(super) fn run(
                 }
                 // Under a steady load the thread is seldom idle: a step after each group
                 // too, so that the file shrinks while ingest goes on (each step is small).
-                commit_group(&mut store, &shared, &mut vacuum, group)
-                    .or_else(|| vacuum.running.then(|| vacuum.step(&mut store)).flatten())
+                match commit_group(&mut store, &shared, &mut vacuum, group) {
+                    None if vacuum.running => vacuum.step(&mut store),
+                    damage => damage,
+                }
             }
         };
         if let Some(cause) = damage {
@@ -271,12 +273,6 @@ pub(super) fn run(
     shared.closing();
     close(store);
     drop(lock);
-}
-
-/// A committed job's reply, sent once the tail holds the group's records.
-enum Answer {
-    Appended(oneshot::Sender<Result<RecordId, SpoolError>>, RecordId),
-    Removed(oneshot::Sender<Result<Removed, SpoolError>>, Removed),
 }
 
 /// What one job of a group did, to be answered once the group is committed.
@@ -372,34 +368,24 @@ fn commit_group(
             c.oldest_ms = oldest;
         }
     }
-    let mut answers = Vec::with_capacity(group.len());
-    {
-        // Durable now: into the tail before anyone hears of them (an acknowledged record
-        // is in the tail or below its floor, never neither).
-        let mut tail = locked(&shared.tail);
-        for (job, done) in group.into_iter().zip(done) {
-            match (job, done) {
-                (Job::Append(a), Done::Appended(id)) => {
-                    tail.push(SpooledRecord {
-                        id,
-                        spooled_at_ms: now,
-                        events: a.events,
-                        payload: a.payload,
-                    });
-                    answers.push(Answer::Appended(a.reply, id));
-                }
-                (Job::Remove { through, reply }, Done::Removed(r)) => {
-                    tail.removed_through(through.0);
-                    answers.push(Answer::Removed(reply, r));
-                }
-                _ => {}
+    for (job, done) in group.into_iter().zip(done) {
+        match (job, done) {
+            (Job::Append(a), Done::Appended(id)) => {
+                // Durable now: into the tail before anyone hears of it (an acknowledged
+                // record is in the tail or below its floor, never neither).
+                locked(&shared.tail).push(SpooledRecord {
+                    id,
+                    spooled_at_ms: now,
+                    events: a.events,
+                    payload: a.payload,
+                });
+                drop(a.reply.send(Ok(id)));
             }
-        }
-    }
-    for answer in answers {
-        match answer {
-            Answer::Appended(reply, id) => drop(reply.send(Ok(id))),
-            Answer::Removed(reply, r) => drop(reply.send(Ok(r))),
+            (Job::Remove { through, reply }, Done::Removed(r)) => {
+                locked(&shared.tail).removed_through(through.0);
+                drop(reply.send(Ok(r)));
+            }
+            _ => {}
         }
     }
     if appended > 0 {

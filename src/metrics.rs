@@ -302,12 +302,12 @@ const METRICS: &[(&str, Kind, &str)] = &[
     (
         "streamwatch_qoe_live_views",
         Kind::Gauge,
-        "Views held whole in memory by the live views (ClickHouse; at most 65,536)",
+        "Views held whole in memory by the live views (at most 65,536)",
     ),
     (
         "streamwatch_qoe_live_views_over_cap_total",
         Kind::Counter,
-        "Views that came to the live views while they held their cap, read back from ClickHouse instead",
+        "Views that came to the live views while they held their cap, read back from the store instead",
     ),
 ];
 

@@ -473,8 +473,8 @@ pub async fn add_user(add: AddUser) -> anyhow::Result<(User, String)> {
 /// The telemetry store behind its circuit breaker, and how its supervisor (re)connects:
 /// ClickHouse when configured (connected in the background, so the service starts while it
 /// is down), else `<data-dir>/telemetry.db`, which must open now.
-/// The telemetry store: its breaker, how to (re)connect it, its reads, and (ClickHouse)
-/// the live views its refresher writes from memory.
+/// The telemetry store: its breaker, how to (re)connect it, its reads, and the live views
+/// its refresher writes from memory.
 type TelemetryStore = (
     SupervisedSink,
     Connector,
@@ -540,7 +540,9 @@ async fn open_sink(config: &Config) -> anyhow::Result<TelemetryStore> {
                 let opened = Arc::clone(&opened);
                 Box::pin(async move { Ok(opened) })
             });
-            Ok((sink, connect, store, None, None))
+            // The store's one writer is this process: the live views need no writer id.
+            let live = Arc::new(analytics::LiveViews::new(0));
+            Ok((sink, connect, store, Some(live), None))
         }
     }
 }

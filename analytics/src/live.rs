@@ -1,8 +1,8 @@
 //! Live views: the derivation ([`Fold`], [`DimsFold`]) of every view this server process
-//! is ingesting, advanced by each batch as its write is acknowledged, so the ClickHouse
-//! refresher writes a playing view from memory instead of reading all of its events and
-//! records back at every step. (With players sending a batch every 10 s or so for minutes,
-//! that read covered nearly every playing view's whole history every step:
+//! is ingesting, advanced by each batch as its write is acknowledged, so the refresher (on
+//! either engine) writes a playing view from memory instead of reading all of its events
+//! and records back at every step. (With players sending a batch every 10 s or so for
+//! minutes, that read covered nearly every playing view's whole history every step:
 //! docs/benchmarks.md, "sessions in real time".)
 //!
 //! Memory is used for a view only while it provably holds the whole view; otherwise the
@@ -12,10 +12,12 @@
 //!   taken, and its earliest event after the previous batch's. An out-of-order,
 //!   overlapping or retried batch, and a batch whose write failed or timed out (its rows
 //!   may be stored all the same), make the view *broken* for as long as it is remembered;
-//! - no other writer stored a record of the view: the refresher checks the writer of the
-//!   records of its window (`view_batches.writer`, [`LiveViews::writer`]), and, the first
-//!   time it writes a view from memory, that the view had no record by anyone else, nor
-//!   one of this process's from before memory took its first batch;
+//! - no other writer stored a record of the view, and none is older than memory's first
+//!   batch: on ClickHouse the refresher checks the writer of the records of its window
+//!   (`view_batches.writer`, [`LiveViews::writer`]) and, the first time it writes a view
+//!   from memory, that the view had no record by anyone else, nor one of this process's
+//!   from before memory took its first batch; on SQLite (one writer, this process) that
+//!   first time, that the store holds exactly as many records of the view as memory took;
 //! - a view is forgotten after [`IDLE`] without a batch, longer than the refresher's
 //!   window, so a view that comes back later is checked as a new one;
 //! - memory holds at most [`MAX_VIEWS`] views whole (the cap): a view new to memory while
@@ -160,7 +162,8 @@ impl std::fmt::Debug for LiveViews {
 
 impl LiveViews {
     /// Live views of the process that stores its batch records as `writer`
-    /// (`ingest::ClickHouseConfig::writer`).
+    /// (`ingest::ClickHouseConfig::writer`; on SQLite, whose one writer is the process,
+    /// any value: the refresher does not read it).
     pub fn new(writer: u64) -> Self {
         LiveViews::with_cap(writer, MAX_VIEWS)
     }

@@ -53,7 +53,7 @@ pub struct Drainer {
     pub writer: WriterHandle,
     /// The store's breaker: while it is open, the drainer waits instead of failing.
     pub store: SupervisedSink,
-    /// The live views (ClickHouse), fed with each batch once stored.
+    /// The live views, fed with each batch once stored.
     pub live: Option<Arc<LiveViews>>,
 }
 

@@ -5,7 +5,7 @@
 //!
 //! In order: the batch's user agent is classified (browser, OS, device, once per batch);
 //! the batch becomes its event rows and its record (`into_write`); the writer stores them,
-//! answered within the deadline or refused; then the live views (ClickHouse) take the
+//! answered within the deadline or refused; then the live views take the
 //! batch's events and dimensions when it was stored, or mark the view broken when it may
 //! be partly stored (a failed or timed-out write), so the refresher reads it back instead.
 //! A write that outlasts the deadline tells the store's supervisor to check the store.
@@ -136,8 +136,8 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Batches go to `writer` and are refused after `deadline`; `live` (ClickHouse) takes
-    /// every stored batch; a write that outlasts the deadline makes `breaker` (the store's
+    /// Batches go to `writer` and are refused after `deadline`; `live` (the server's, on
+    /// either engine) takes every stored batch; a write that outlasts the deadline makes `breaker` (the store's
     /// supervisor, when there is one) check the store.
     pub fn new(
         writer: WriterHandle,

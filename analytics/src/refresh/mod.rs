@@ -7,7 +7,9 @@
 //! (one code path for both engines) and upserts them; then it moves the watermark.
 //!
 //! - **SQLite** (`refresh/sqlite.rs`): the watermark is the last `view_batches.id` derived; the
-//!   step is exact (every record above the watermark, nothing else).
+//!   step is exact (every record above the watermark, nothing else), and writes the views
+//!   the process is ingesting from memory ([`crate::live`]) once a count showed memory
+//!   holds all of their records.
 //! - **ClickHouse** (`refresh/clickhouse/`): the watermark is the server time of the last step's
 //!   start; a step looks again at a margin before it for records still in flight, reads
 //!   only what changed since its own last step, writes the views the process is ingesting
@@ -107,7 +109,7 @@ pub struct RefreshStats {
     pub derived: usize,
     /// Distinct events those derivations read (or memory held).
     pub events: usize,
-    /// Of the views derived, those written from the live views' memory (ClickHouse).
+    /// Of the views derived, those written from the live views' memory.
     pub live: usize,
 }
 
@@ -137,8 +139,8 @@ impl Refresher {
         }
     }
 
-    /// Writes the views `live` holds whole from memory (ClickHouse; the SQLite refresher
-    /// reads every view back).
+    /// Writes the views `live` holds whole from memory, and reads back only the others
+    /// (each engine's step says how it checks that memory is the whole view).
     pub fn with_live(mut self, live: Option<Arc<LiveViews>>) -> Self {
         self.live = live;
         self
@@ -168,7 +170,7 @@ impl Refresher {
             }
             Engine::Sqlite(sq) => {
                 sqlite::SqliteRefresh::new(sq.clone())
-                    .step(&mut self.state, &self.config)
+                    .step(&mut self.state, &self.config, self.live.as_deref())
                     .await
             }
         }

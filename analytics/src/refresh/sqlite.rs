@@ -1,9 +1,19 @@
 //! The SQLite refresh step. The watermark is the last `view_batches.id` derived. The
 //! store has a single writer and a record commits with its events, so ids grow in commit
 //! order and the step is exact: every session with a record above the watermark is
-//! derived again from all its events (read on the read pool, streamed one session at a
-//! time), nothing else; the views are upserted in short transactions on the sink's single
-//! writer, a stored row derived from more data (a higher `version`) staying.
+//! derived again, nothing else; the views are upserted in short transactions on the sink's
+//! single writer, a stored row derived from more data (a higher `version`) staying.
+//!
+//! **With live views** (the server): a view the live views hold whole ([`crate::live`]) is
+//! written from memory; the others are derived from all their events, read on the read
+//! pool and streamed one session at a time. The store's one writer is this process, so
+//! the check that memory is the whole view is a count: the first time memory writes a
+//! view, the store must hold exactly as many records of it as memory took. Memory takes a
+//! batch only after its record committed, so memory's records are among the store's, and
+//! equal counts make them the same records. From then on every record of the view comes
+//! through this process, which gives it to memory (or breaks the view on a failed write).
+//! A count that differs (records of an earlier process, or of this one before memory
+//! forgot the view) breaks the view: it is read back from then on.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,6 +24,7 @@ use sqlx::Row;
 use super::{now_ms, RefreshConfig, RefreshState, RefreshStats};
 use crate::dims::BatchDims;
 use crate::event::{needs_payload, Event};
+use crate::live::{self, Changed, Key, LiveView, LiveViews, Snapshot};
 use crate::store::sql::Sql;
 use crate::store::sqlite::{bind_all, map_err, SqliteStore};
 use crate::store::{view_version, AnalyticsError};
@@ -39,6 +50,9 @@ const UPSERT_VIEW: &str = "INSERT OR REPLACE INTO qoe_views (owner, session_id, 
 
 /// Views upserted per write transaction.
 const UPSERT_BATCH: usize = 256;
+
+/// Sessions in one read (each a bound parameter).
+const MAX_SESSIONS: usize = 10_000;
 
 /// Upserts derived views and their tags; a stored row with a higher version (derived
 /// from more data) stays.
@@ -118,12 +132,17 @@ impl SqliteRefresh {
     }
 
     /// One refresh step (see [`crate::refresh`]): every session with a record above the
-    /// watermark id is derived again; then the watermark moves to the highest id read.
+    /// watermark id is derived again (from memory when `live` holds it whole); then the
+    /// watermark moves to the highest id read.
     pub async fn step(
         &self,
         state: &mut RefreshState,
         cfg: &RefreshConfig,
+        live: Option<&LiveViews>,
     ) -> Result<RefreshStats, AnalyticsError> {
+        // What memory holds, taken before the highest id is read: the record of every
+        // batch memory took is then at or below it.
+        let snapshot = live.map(|l| l.snapshot(live::IDLE)).unwrap_or_default();
         let pool = self.store.sink.pool();
         let watermark = match state.watermark {
             Some(w) => w,
@@ -143,45 +162,172 @@ impl SqliteRefresh {
             .and_then(|r| r.try_get(0))
             .map_err(map_err)?;
         let mut stats = RefreshStats::default();
-        if top <= watermark {
-            state.watermark = Some(watermark);
-            return Ok(stats);
+        // Owner → sessions derived from their stored events.
+        let mut read_back: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        if top > watermark {
+            let keys = sqlx::query(
+                "SELECT DISTINCT owner, session_id FROM view_batches WHERE id > ? AND id <= ?",
+            )
+            .bind(watermark)
+            .bind(top)
+            .fetch_all(pool)
+            .await
+            .map_err(map_err)?;
+            stats.candidates = keys.len();
+            for r in &keys {
+                let owner: &str = r.try_get(0).map_err(map_err)?;
+                let session: &str = r.try_get(1).map_err(map_err)?;
+                // A view memory holds whole is written from it, now (the snapshot has it)
+                // or at the next step (memory took its batch after the snapshot).
+                let held = live.is_some_and(|l| {
+                    l.holds(&Key {
+                        owner: owner.into(),
+                        session: session.into(),
+                    })
+                });
+                if !held {
+                    read_back
+                        .entry(owner.to_owned())
+                        .or_default()
+                        .push(session.to_owned());
+                }
+            }
         }
-        let keys = sqlx::query(
-            "SELECT DISTINCT owner, session_id FROM view_batches \
-             WHERE id > ? AND id <= ? ORDER BY owner, session_id",
-        )
-        .bind(watermark)
-        .bind(top)
-        .fetch_all(pool)
-        .await
-        .map_err(map_err)?;
-        stats.candidates = keys.len();
-        let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for r in &keys {
-            by_owner
-                .entry(r.try_get(0).map_err(map_err)?)
-                .or_default()
-                .push(r.try_get(1).map_err(map_err)?);
+        if let Some(l) = live {
+            let missed = self.write_live(l, &snapshot, &mut stats).await?;
+            for k in snapshot.broken.iter().chain(&missed) {
+                read_back
+                    .entry(k.owner.to_string())
+                    .or_default()
+                    .push(k.session.to_string());
+            }
         }
-        for (owner, sessions) in &by_owner {
-            for chunk in sessions.chunks(cfg.chunk.clamp(1, 10_000)) {
+        for (owner, sessions) in &mut read_back {
+            // Sorted, once each: the reads are ranges of the tables' keys.
+            sessions.sort_unstable();
+            sessions.dedup();
+            for chunk in sessions.chunks(cfg.chunk.clamp(1, MAX_SESSIONS)) {
                 self.refresh_chunk(owner, chunk, &mut stats).await?;
             }
         }
-        self.store
-            .sink
-            .write_transaction(move |tx| {
-                tx.execute(
-                    "INSERT INTO qoe_refresh_state (name, value) VALUES (?1, ?2) \
-                     ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
-                    rusqlite::params![WATERMARK, top],
-                )
-                .map(|_| ())
-            })
-            .await?;
-        state.watermark = Some(top);
+        if top > watermark {
+            self.store
+                .sink
+                .write_transaction(move |tx| {
+                    tx.execute(
+                        "INSERT INTO qoe_refresh_state (name, value) VALUES (?1, ?2) \
+                         ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
+                        rusqlite::params![WATERMARK, top],
+                    )
+                    .map(|_| ())
+                })
+                .await?;
+        }
+        if let Some(l) = live {
+            l.commit(&snapshot);
+        }
+        state.watermark = Some(top.max(watermark));
         Ok(stats)
+    }
+
+    /// Writes the snapshot's views from memory as it holds them now: those checked before,
+    /// and those whose record count in the store equals memory's (module doc), which are
+    /// checked from then on. Returns the views to read back: those memory stopped holding
+    /// whole since the snapshot, and those whose count differs (broken from now on).
+    async fn write_live(
+        &self,
+        live: &LiveViews,
+        snapshot: &Snapshot,
+        stats: &mut RefreshStats,
+    ) -> Result<Vec<Key>, AnalyticsError> {
+        let mut read_back = Vec::new();
+        let mut by_owner: BTreeMap<&str, Vec<(&Changed, LiveView)>> = BTreeMap::new();
+        for v in &snapshot.views {
+            match live.view(&v.key) {
+                Some(held) => by_owner.entry(&v.key.owner).or_default().push((v, held)),
+                None => read_back.push(v.key.clone()),
+            }
+        }
+        for (owner, views) in by_owner {
+            // Counted after memory's views were taken: memory's records are among those
+            // counted, so equal counts mean the same records.
+            let unchecked: Vec<&str> = views
+                .iter()
+                .filter(|(v, _)| !v.checked)
+                .map(|(v, _)| &*v.key.session)
+                .collect();
+            let mut counts = HashMap::with_capacity(unchecked.len());
+            for chunk in unchecked.chunks(MAX_SESSIONS) {
+                counts.extend(self.record_counts(owner, chunk).await?);
+            }
+            let (mut checked, mut failed) = (Vec::new(), Vec::new());
+            let mut derived = Vec::with_capacity(views.len());
+            for (v, held) in views {
+                if !v.checked {
+                    if counts.get(&*v.key.session) == Some(&held.records) {
+                        checked.push(v.key.clone());
+                    } else {
+                        failed.push(v.key.clone());
+                        continue;
+                    }
+                }
+                derived.push((held.view, held.records, held.events));
+            }
+            live.check_views(&checked);
+            live.break_views(&failed);
+            read_back.extend(failed);
+            stats.live += derived.len();
+            self.write_derived(owner, derived, stats).await?;
+        }
+        Ok(read_back)
+    }
+
+    /// Records of each of `owner`'s `sessions` in the store (sessions without one left out).
+    async fn record_counts(
+        &self,
+        owner: &str,
+        sessions: &[&str],
+    ) -> Result<HashMap<String, u64>, AnalyticsError> {
+        let mut sql = Sql::new("SELECT session_id, COUNT(*) FROM view_batches WHERE owner = ");
+        sql.str(owner)
+            .push(" AND session_id IN ")
+            .list(sessions.iter().copied())
+            .push(" GROUP BY session_id");
+        self.store
+            .fetch(&sql)
+            .await?
+            .iter()
+            .map(|r| {
+                let session: String = r.try_get(0)?;
+                let n: i64 = r.try_get(1)?;
+                Ok((session, n as u64))
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(map_err)
+    }
+
+    /// Upserts `derived` (view, records, distinct events) of `owner`, in short
+    /// transactions: ingest shares the store's single writer, and one transaction for a
+    /// whole chunk (10,000 views) held its writes for long enough to put a p99 of 344 ms on
+    /// ingest at half rate (docs/benchmarks.md).
+    async fn write_derived(
+        &self,
+        owner: &str,
+        mut derived: Vec<(View, u64, u64)>,
+        stats: &mut RefreshStats,
+    ) -> Result<(), AnalyticsError> {
+        stats.derived += derived.len();
+        stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
+        let now = now_ms();
+        while !derived.is_empty() {
+            let part = derived.split_off(derived.len().saturating_sub(UPSERT_BATCH));
+            let owner = owner.to_owned();
+            self.store
+                .sink
+                .write_transaction(move |tx| upsert_views(tx, &owner, &part, now))
+                .await?;
+        }
+        Ok(())
     }
 
     async fn refresh_chunk(
@@ -242,24 +388,7 @@ impl SqliteRefresh {
             runs.push(session, event, &mut derive);
         }
         runs.finish(&mut derive);
-        stats.derived += derived.len();
-        stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
-        if derived.is_empty() {
-            return Ok(());
-        }
-        // In short transactions: ingest shares the store's single writer, and one
-        // transaction for a whole chunk (10,000 views) held its writes for long enough to
-        // put a p99 of 344 ms on ingest at half rate (docs/benchmarks.md).
-        let now = now_ms();
-        while !derived.is_empty() {
-            let part = derived.split_off(derived.len().saturating_sub(UPSERT_BATCH));
-            let owner = owner.to_owned();
-            self.store
-                .sink
-                .write_transaction(move |tx| upsert_views(tx, &owner, &part, now))
-                .await?;
-        }
-        Ok(())
+        self.write_derived(owner, derived, stats).await
     }
 }
 

@@ -308,6 +308,7 @@ async fn run_fleet(cfg: FleetConfig, reshuffle: Option<u64>, per_write: usize, q
     let streams = stream_map(&fleet);
     let mut engines = common::both().await;
     // Live views holding fewer views than the fleet has: those past the cap are read back.
+    engines.push(common::sqlite_live_capped(CAPPED).await);
     engines.push(common::clickhouse_live_capped(CAPPED).await);
     // In two halves with a refresh step between: views the live views wrote after the
     // first half get the rest of their batches from memory (or are read back).

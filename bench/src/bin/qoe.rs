@@ -177,7 +177,7 @@ const OWNER: &str = "bench-owner";
 /// 2024-05-01T00:00:00.000Z
 const START: i64 = 1_714_521_600_000;
 
-/// The sink, the store and (ClickHouse) the live views the server would have.
+/// The sink, the store and the live views the server would have.
 async fn open(a: &StoreArgs) -> Result<(Arc<dyn EventSink>, Store, Option<Arc<LiveViews>>)> {
     match a.engine {
         EngineArg::Clickhouse => {
@@ -196,7 +196,8 @@ async fn open(a: &StoreArgs) -> Result<(Arc<dyn EventSink>, Store, Option<Arc<Li
             let sink = ingest::SqliteSink::open_in_dir(&a.data_dir)
                 .await
                 .context("sqlite")?;
-            Ok((Arc::new(sink.clone()), Store::sqlite(sink), None))
+            let live = Arc::new(LiveViews::new(0));
+            Ok((Arc::new(sink.clone()), Store::sqlite(sink), Some(live)))
         }
     }
 }

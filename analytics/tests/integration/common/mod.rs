@@ -32,7 +32,7 @@ pub struct Engine {
     pub store: Store,
     pub database: Option<String>,
     pub dir: Option<tempfile::TempDir>,
-    /// ClickHouse as the server runs it: the live views take every batch written with
+    /// As the server runs either engine: the live views take every batch written with
     /// [`write_fleet`], and the refresher writes what they hold from memory.
     pub live: Option<Arc<LiveViews>>,
 }
@@ -121,6 +121,24 @@ pub async fn sqlite() -> Engine {
     }
 }
 
+/// A fresh SQLite engine with live views, as the server runs it.
+pub async fn sqlite_live() -> Engine {
+    Engine {
+        name: "sqlite live",
+        live: Some(Arc::new(LiveViews::new(0))),
+        ..sqlite().await
+    }
+}
+
+/// A fresh SQLite engine with live views that hold at most `cap` views whole.
+pub async fn sqlite_live_capped(cap: usize) -> Engine {
+    Engine {
+        name: "sqlite live, capped",
+        live: Some(Arc::new(LiveViews::with_cap(0, cap))),
+        ..sqlite().await
+    }
+}
+
 /// A fresh ClickHouse engine (new database).
 pub async fn clickhouse() -> Engine {
     let config = ClickHouseConfig::new(clickhouse_url(), random_database());
@@ -163,9 +181,14 @@ pub async fn clickhouse_live_capped(cap: usize) -> Engine {
     }
 }
 
-/// Both engines, ClickHouse with and without live views.
+/// Both engines, each with and without live views.
 pub async fn both() -> Vec<Engine> {
-    vec![sqlite().await, clickhouse().await, clickhouse_live().await]
+    vec![
+        sqlite().await,
+        sqlite_live().await,
+        clickhouse().await,
+        clickhouse_live().await,
+    ]
 }
 
 /// What the ingest route gives `live` for a stored batch: its key, events and dims.

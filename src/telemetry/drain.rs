@@ -207,9 +207,18 @@ impl Drainer {
 /// record that does not decode (written by an incompatible version) is logged, counted
 /// and dropped with the rest.
 fn decode(records: Vec<SpooledRecord>, live: bool) -> Peeked {
+    // Sized once (the records say how many events they hold), as the writer's writes are.
+    let events: usize = records.iter().map(|r| r.events as usize).sum();
     let mut peeked = Peeked {
-        write: SinkWrite::default(),
-        views: Vec::new(),
+        write: SinkWrite {
+            rows: Vec::with_capacity(events),
+            batches: Vec::with_capacity(records.len()),
+        },
+        views: if live {
+            Vec::with_capacity(records.len())
+        } else {
+            Vec::new()
+        },
         last: records.last().map_or(RecordId(0), |r| r.id),
         batches: 0,
         events: 0,

@@ -165,16 +165,15 @@ impl SqliteRefresh {
         // Owner → sessions derived from their stored events.
         let mut read_back: BTreeMap<String, Vec<String>> = BTreeMap::new();
         if top > watermark {
-            let keys = sqlx::query(
+            // Streamed: a step's window can hold tens of thousands of views.
+            let mut keys = sqlx::query(
                 "SELECT DISTINCT owner, session_id FROM view_batches WHERE id > ? AND id <= ?",
             )
             .bind(watermark)
             .bind(top)
-            .fetch_all(pool)
-            .await
-            .map_err(map_err)?;
-            stats.candidates = keys.len();
-            for r in &keys {
+            .fetch(pool);
+            while let Some(r) = keys.try_next().await.map_err(map_err)? {
+                stats.candidates += 1;
                 let owner: &str = r.try_get(0).map_err(map_err)?;
                 let session: &str = r.try_get(1).map_err(map_err)?;
                 // A view memory holds whole is written from it, now (the snapshot has it)

@@ -293,11 +293,15 @@ fn open_writer(
     // Checkpoints run on their own thread (`checkpoint_loop`), not in the commit
     // of whichever write crosses SQLite's auto-checkpoint threshold; that threshold
     // is moved out of the way to a backstop.
+    // The page cache is 16 MiB: the tables outgrow any cache within seconds at full
+    // ingest, and their inserts land on the few leaves at the end of the keys' ranges, so
+    // 64 MiB (the value until issue 32) bought no throughput and cost 50 MiB of RSS
+    // (docs/benchmarks.md, "Memory at full ingest").
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     conn.execute_batch(&format!(
         "PRAGMA synchronous = {};
          PRAGMA temp_store = memory;
-         PRAGMA cache_size = -65536;
+         PRAGMA cache_size = -16384;
          PRAGMA wal_autocheckpoint = {};",
         durability.pragma_value(),
         WAL_AUTOCHECKPOINT_BYTES / page_size

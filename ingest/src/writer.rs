@@ -321,9 +321,9 @@ fn gather(
         total += job.rows.len();
         jobs.push(job);
     }
-    // One allocation of the write's exact size: growing it job by job left a trail of
-    // freed blocks of every size up to the write's, megabytes per write at full ingest,
-    // which the allocator keeps for a while (docs/benchmarks.md, "Memory at full ingest").
+    // One allocation of the write's exact size: growing it job by job allocated twice
+    // that, in blocks of every size up to the write's (heaptrack, docs/benchmarks.md,
+    // "Memory at full ingest").
     let mut write = SinkWrite {
         rows: Vec::with_capacity(total),
         batches: Vec::with_capacity(jobs.iter().map(|j| j.batches.len()).sum()),

@@ -294,9 +294,9 @@ fn open_writer(
     // of whichever write crosses SQLite's auto-checkpoint threshold; that threshold
     // is moved out of the way to a backstop.
     // The page cache is 16 MiB: the tables outgrow any cache within seconds at full
-    // ingest, and their inserts land on the few leaves at the end of the keys' ranges, so
-    // 64 MiB (the value until issue 32) bought no throughput and cost 50 MiB of RSS
-    // (docs/benchmarks.md, "Memory at full ingest").
+    // ingest, and 64 MiB (the value until issue 32) measured no faster, at 50-event
+    // batches or in the fleet's shape, for 50 MiB more RSS (docs/benchmarks.md, "Memory
+    // at full ingest").
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     conn.execute_batch(&format!(
         "PRAGMA synchronous = {};

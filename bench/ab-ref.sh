@@ -16,7 +16,8 @@
 # The baseline's worktree and target dir (2-3 GB) are removed on exit, whatever happens.
 # ClickHouse databases are detached, not dropped, after each run (bench/lib.sh says why).
 # Env: BASE_BIN (a baseline server binary built before: REF is then only its label, nothing is
-# built for it), DURATION (20 s per run), ENGINES ("sqlite clickhouse"), SHAPES ("loadgen qoe"),
+# built for it), HALF_RATE (set: after each `loadgen` run, the same server again at half the rate
+# it reached, and that run's p99; RSS peak stays the full-rate run's), DURATION (20 s per run), ENGINES ("sqlite clickhouse"), SHAPES ("loadgen qoe"),
 # QOE_CONNECTIONS (2048), CLICKHOUSE_URL (http://127.0.0.1:8123), PORT (18090),
 # BASE_TMP (a temp dir under /tmp; must have ~3 GB free).
 set -euo pipefail
@@ -91,6 +92,16 @@ run() {
             --batches-per-session 20 --duration "$DURATION" --json | tail -1)"
     fi
     hwm="$(awk '/^VmHWM/ { print int($2 / 1024) }' "/proc/$SERVER_PID/status")"
+    local half=""
+    if [ "$shape" = loadgen ] && [ -n "${HALF_RATE:-}" ]; then
+        # The same server, at half the rate it just reached (open loop, latency from each
+        # batch's scheduled send): the p99 a fleet sees when the box is not saturated.
+        local rate
+        rate="$(python3 -c "import json, sys; print(int(json.loads(sys.argv[1])['events_per_s'] / 2))" "$out")"
+        half="$("$LOADGEN" http --url "$BASE" --key "$API_KEY" --connections 256 --batch 50 \
+            --batches-per-session 20 --duration "$DURATION" --rate "$rate" --json | tail -1 |
+            python3 -c "import json, sys; d = json.load(sys.stdin); print(', at half (%d events/s) p99 %.1f ms, errors %d' % (d['events_per_s'], d['p99_ms'], d.get('errors', 0)))")"
+    fi
     stop_server
     SERVER_PID=""
     [ -n "$DB" ] && detach_database "$DB"
@@ -98,9 +109,9 @@ run() {
     python3 -c "
 import json, sys; d = json.loads(sys.argv[1])
 p99 = ', p99 %.1f ms' % d['p99_ms'] if 'p99_ms' in d else ''
-print('%-3s %-10s %-7s %8d events/s, RSS peak %4d MiB%s, errors %d (load %s)' % (
-    '$side', '$engine', '$shape', d['events_per_s'], $hwm, p99, d.get('errors', 0), sys.argv[2]))" \
-        "$out" "$(cut -d' ' -f1 /proc/loadavg)"
+print('%-3s %-10s %-7s %8d events/s, RSS peak %4d MiB%s, errors %d%s (load %s)' % (
+    '$side', '$engine', '$shape', d['events_per_s'], $hwm, p99, d.get('errors', 0), sys.argv[3], sys.argv[2]))" \
+        "$out" "$(cut -d' ' -f1 /proc/loadavg)" "$half"
 }
 
 for r in $(seq 1 "$ROUNDS"); do

@@ -39,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tower::ServiceExt;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use crate::config::HttpLimits;
@@ -97,7 +97,10 @@ async fn serve_with(
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let graceful = GracefulShutdown::new();
-    let router = router.layer(RequestBodyTimeoutLayer::new(limits.body));
+    // Around the router, not through `Router::layer`: no boxed level per route.
+    let router = ServiceBuilder::new()
+        .layer(RequestBodyTimeoutLayer::new(limits.body))
+        .service(router);
     tokio::pin!(shutdown);
     loop {
         // The permit comes first: at the cap, connections wait in the listen backlog.

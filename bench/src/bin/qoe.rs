@@ -14,7 +14,8 @@
 //!
 //! `qoe http`: the same realistic batches posted to a running server's
 //! `POST /api/v1/telemetry`, each with its player's `User-Agent`, over many keep-alive
-//! connections (one player with a request in flight each): the service's real ingest path,
+//! connections (one player with a request in flight each, a session's batches all on one
+//! connection, in order): the service's real ingest path,
 //! for the same figures measured where players send (`bench/qoe-http.sh` runs the server
 //! with and without its refresher). With `--rate` and `--freshness-database` it measures
 //! freshness as `qoe ingest` does, from the HTTP acknowledgement.
@@ -569,6 +570,24 @@ struct Request {
     due: Duration,
 }
 
+/// The requests each connection sends, in fleet order, a session's all on one connection
+/// (sessions dealt to the connections in the order they first appear): a player sends its
+/// batches one after the other. (Dealing requests rather than sessions put a view's
+/// consecutive batches on different connections at the same moment, acknowledged in any
+/// order, which no player does.)
+fn lanes(requests: &[Request], connections: usize) -> Vec<Vec<usize>> {
+    let mut lanes = vec![Vec::new(); connections.max(1)];
+    let mut dealt: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    for (i, r) in requests.iter().enumerate() {
+        let id = &r.body[r.prefix_at..];
+        let id = &id[..id.iter().position(|&c| c == b'"').unwrap_or(id.len())];
+        let next = dealt.len() % lanes.len();
+        let lane = *dealt.entry(id).or_insert(next);
+        lanes[lane].push(i);
+    }
+    lanes
+}
+
 /// Hex digits of the pass prefix of a session id (as `qoe ingest`'s time-ordered ids).
 const PREFIX_LEN: usize = 12;
 
@@ -742,7 +761,6 @@ async fn http(a: HttpArgs) -> Result<()> {
     let auth = format!("Bearer {}", a.key);
     let warmup = Duration::from_secs_f64(a.warmup);
     let total = warmup + Duration::from_secs_f64(a.duration);
-    let run_start_ms = now_epoch_ms();
     let real_time = match (a.real_time, a.rate) {
         (false, _) => false,
         (true, Some(_)) => true,
@@ -807,16 +825,19 @@ async fn http(a: HttpArgs) -> Result<()> {
         })
     };
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let stride = a.connections;
+    let lanes = Arc::new(lanes(&requests, a.connections));
     let mut tasks = Vec::new();
     for w in 0..a.connections {
         let (requests, ack_tx, next) = (requests.clone(), ack_tx.clone(), next.clone());
+        let lanes = lanes.clone();
         let (addr, path, host, auth) = (addr.clone(), path.clone(), host.clone(), auth.clone());
         tasks.push(tokio::spawn(async move {
             let mut events = 0u64;
             let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
             let mut conn: Option<bench::HttpConn> = None;
-            let mut i = w;
+            let lane = &lanes[w];
+            let mut i = 0;
+            let mut pass_started = 0u64;
             let mut paced = Instant::now();
             let mut sent = 0usize;
             loop {
@@ -832,17 +853,22 @@ async fn http(a: HttpArgs) -> Result<()> {
                     }
                     (r, r.body.clone())
                 } else {
-                    if Instant::now() >= deadline {
+                    if Instant::now() >= deadline || lane.is_empty() {
                         break;
                     }
-                    let (r, pass) = (&requests[i % requests.len()], (i / requests.len()) as u64);
-                    i += stride;
+                    if i % lane.len() == 0 {
+                        // A new pass over the lane: its sessions start now, and their ids
+                        // begin with that time, as SDK 0.2.0's do (whichever connection).
+                        pass_started = now_epoch_ms().max(pass_started + 1);
+                    }
+                    let r = &requests[lane[i % lane.len()]];
+                    i += 1;
                     if let Some(rate) = per_connection_rate {
                         paced += Duration::from_secs_f64(r.events as f64 / rate);
                         tokio::time::sleep_until(paced.into()).await;
                     }
                     let mut body = r.body.clone();
-                    let prefix = format!("{:012x}", run_start_ms + pass);
+                    let prefix = format!("{pass_started:012x}");
                     body[r.prefix_at..r.prefix_at + PREFIX_LEN].copy_from_slice(prefix.as_bytes());
                     (r, body)
                 };

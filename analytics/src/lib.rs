@@ -22,7 +22,7 @@
 //! - [`refresh`]: the refresher that derives views into each engine's `qoe_views` (its
 //!   loop, and each engine's step with the algorithm's documentation beside its code);
 //! - [`live`]: the views this process is ingesting, folded batch by batch, which the
-//!   ClickHouse refresher writes from memory;
+//!   refresher writes from memory (on either engine);
 //! - `fleet` and `reference` (feature `test-support`, on by default, off in the server): a
 //!   seeded generator of realistic and adversarial fleets, and every route of §4 computed
 //!   in Rust over a slice of views, which the engines are checked against.

@@ -135,6 +135,29 @@ pub struct Snapshot {
     changes: Vec<(Key, u64)>,
 }
 
+/// A batch whose write has not answered yet ([`LiveViews::pending`]).
+pub struct Pending<'a> {
+    live: &'a LiveViews,
+    key: Option<Key>,
+}
+
+impl Pending<'_> {
+    /// The write was acknowledged: memory takes the batch ([`LiveViews::take`]).
+    pub fn stored(mut self, events: Vec<Event>, dims: &BatchDims) {
+        if let Some(key) = self.key.take() {
+            self.live.take(key, events, dims);
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.live.taint(key);
+        }
+    }
+}
+
 /// One shard of the map. An entry is small (its fold is boxed): the table moves little
 /// when it rehashes (views come and go all the time).
 type Shard = Mutex<HashMap<Key, Entry>>;
@@ -258,6 +281,17 @@ impl LiveViews {
         entry.touched = now;
         entry.changes += 1;
         self.break_entry(entry);
+    }
+
+    /// A batch of `key` on its way to the store: [`Pending::stored`] gives it to memory
+    /// once its write is acknowledged; dropped otherwise (the write failed or timed out, or
+    /// the request was cancelled while the write was in flight), it breaks the view, since
+    /// any of its rows may be stored all the same.
+    pub fn pending(&self, key: Key) -> Pending<'_> {
+        Pending {
+            live: self,
+            key: Some(key),
+        }
     }
 
     /// Marks views broken (the refresher found records memory does not hold).
@@ -524,6 +558,21 @@ mod tests {
         assert_eq!(keys(&third), keys(&second));
         live.commit(&third);
         assert!(live.snapshot(LONG).views.is_empty());
+    }
+
+    #[test]
+    fn a_pending_batch_not_stored_breaks_the_view() {
+        let live = LiveViews::new(7);
+        live.take(key("a"), vec![Event::playback_start(1, None)], &dims(1));
+        live.take(key("b"), vec![Event::playback_start(1, None)], &dims(1));
+        // Acknowledged: taken.
+        live.pending(key("a"))
+            .stored(vec![Event::new(5, EventType::PlaybackPause)], &dims(5));
+        assert_eq!(live.view(&key("a")).expect("held").records, 2);
+        // Dropped before its write answered (failed, timed out or cancelled): broken.
+        drop(live.pending(key("b")));
+        assert!(!live.holds(&key("b")));
+        assert_eq!(live.snapshot(LONG).broken, vec![key("b")]);
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub struct AppState {
     pub secure_cookies: bool,
     pub slow_ms: u64,
     /// Accepting a telemetry batch: the writer, the live views the refresher writes from
-    /// memory (ClickHouse), the breaker, the User-Agent cache.
+    /// memory, the breaker, the User-Agent cache.
     pub intake: crate::telemetry::Intake,
     /// The telemetry store behind its circuit breaker (decisions.md §11).
     pub sink: ingest::SupervisedSink,

@@ -236,12 +236,19 @@ impl Intake {
             .as_ref()
             .map(|_| batch.events.iter().map(Event::from_wire).collect());
         let (rows, record) = batch.into_write(owner, agent);
-        let taken = taken.map(|events| {
+        // Until the write answers, the view counts as possibly changed behind memory's
+        // back: a failed or timed-out write may be partly stored, and so may a write whose
+        // request was cancelled while it was in flight (the client went away).
+        let pending = taken.zip(self.live.as_deref()).map(|(events, live)| {
             let key = Key {
                 owner: record.owner.clone(),
                 session: record.session_id.clone(),
             };
-            (key, events, BatchDims::from_record(&record, 0))
+            (
+                live.pending(key),
+                events,
+                BatchDims::from_record(&record, 0),
+            )
         });
         // A dead or hung store answers within the deadline (decisions.md §11): the breaker
         // fails at once while the store is known down. The batch is not acknowledged; the
@@ -253,12 +260,8 @@ impl Intake {
                 Ok(Err(e)) => Err(Refusal::Store(e)),
                 Err(_) => Err(Refusal::Timeout),
             };
-        if let (Some(live), Some((key, events, dims))) = (&self.live, taken) {
-            match &stored {
-                Ok(()) => live.take(key, events, &dims),
-                // Failed or timed out: some of it may be stored all the same.
-                Err(_) => live.taint(key),
-            }
+        if let (Some((pending, events, dims)), Ok(())) = (pending, &stored) {
+            pending.stored(events, &dims);
         }
         stored
     }

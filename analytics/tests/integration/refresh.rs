@@ -102,6 +102,19 @@ async fn batch(e: &Engine, session: &str, rows: Vec<EventRow>, sdk: &str) {
     write(e, rows, vec![r]).await;
 }
 
+/// A batch stored through the sink that the live views never take (the route saw its write
+/// fail, or it was written before memory's first batch of the view).
+async fn batch_memory_never_took(e: &Engine, session: &str, rows: Vec<EventRow>) {
+    let rec = record(session, &rows, "sdk");
+    e.sink
+        .write(SinkWrite {
+            rows,
+            batches: vec![rec],
+        })
+        .await
+        .expect("write");
+}
+
 fn everything() -> ViewsQuery {
     ViewsQuery {
         range: TimeRange {
@@ -872,15 +885,7 @@ async fn sqlite_a_record_memory_did_not_take_reads_the_view_back() {
     let e = common::sqlite_live().await;
     let mut r = e.refresher();
     // Stored without memory taking it, then a batch memory takes.
-    let rows = vec![start("s1", 0)];
-    let rec = record("s1", &rows, "sdk");
-    e.sink
-        .write(SinkWrite {
-            rows,
-            batches: vec![rec],
-        })
-        .await
-        .expect("write");
+    batch_memory_never_took(&e, "s1", vec![start("s1", 0)]).await;
     batch(&e, "s1", vec![pause("s1", 4_000)], "sdk").await;
     batch(&e, "s2", vec![start("s2", 0)], "sdk").await;
     let stats = r.step().await.expect("step");
@@ -937,15 +942,7 @@ async fn a_view_whose_write_failed_is_read_back() {
         batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
         assert_eq!(r.step().await.expect("step").live, 1, "{}", e.name);
         // Stored, but the route saw it fail (a timeout): memory does not take it.
-        let rows = vec![pause("s1", 3_000), end("s1", 9_000)];
-        let rec = record("s1", &rows, "sdk");
-        e.sink
-            .write(SinkWrite {
-                rows,
-                batches: vec![rec],
-            })
-            .await
-            .expect("write");
+        batch_memory_never_took(&e, "s1", vec![pause("s1", 3_000), end("s1", 9_000)]).await;
         live.taint(Key {
             owner: OWNER.into(),
             session: "s1".into(),

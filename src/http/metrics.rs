@@ -2,6 +2,8 @@
 //! `crate::metrics` installs) and the count and timing of every request of the
 //! API by route template.
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, PoisonError, RwLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
@@ -9,7 +11,7 @@ use axum::http::header;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use metrics::{counter, histogram};
+use metrics::{counter, histogram, Counter, Histogram};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -52,7 +54,8 @@ pub fn router(handle: PrometheusHandle) -> Router {
 /// (`/api/v1/streams/{id}`, never the id), method and status class: taken when the request
 /// arrives ([`Tracked::start`]), recorded with its response ([`Tracked::done`]).
 pub struct Tracked {
-    route: String,
+    /// The router's own template (`None`: unmatched), bounded by the routes the service has.
+    route: Option<MatchedPath>,
     method: &'static str,
     started: Instant,
 }
@@ -61,11 +64,7 @@ impl Tracked {
     /// The request's labels and its start.
     pub fn start(req: &Request) -> Self {
         Tracked {
-            // The router's own template: bounded by the routes the service has.
-            route: req
-                .extensions()
-                .get::<MatchedPath>()
-                .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned()),
+            route: req.extensions().get::<MatchedPath>().cloned(),
             method: method_label(req.method()),
             started: Instant::now(),
         }
@@ -80,16 +79,70 @@ impl Tracked {
             400..=499 => "4xx",
             _ => "5xx",
         };
-        let Tracked {
-            route,
-            method,
-            started,
-        } = self;
-        counter!("streamwatch_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-            .increment(1);
-        histogram!("streamwatch_http_request_duration_seconds", "route" => route, "method" => method)
-            .record(started.elapsed().as_secs_f64());
+        let route = self.route.as_ref().map_or("unmatched", MatchedPath::as_str);
+        let (requests, latency) = handles(route, self.method, status);
+        requests.increment(1);
+        latency.record(self.started.elapsed().as_secs_f64());
     }
+}
+
+/// The recorder's handles of one route: the request counter by method and status class, the
+/// latency histogram by method.
+#[derive(Default)]
+struct RouteHandles {
+    requests: Vec<(&'static str, &'static str, Counter)>,
+    latency: Vec<(&'static str, Histogram)>,
+}
+
+impl RouteHandles {
+    fn find(&self, method: &str, status: &str) -> Option<(Counter, Histogram)> {
+        let requests = self
+            .requests
+            .iter()
+            .find(|(m, s, _)| *m == method && *s == status)?;
+        let latency = self.latency.iter().find(|(m, _)| *m == method)?;
+        Some((requests.2.clone(), latency.1.clone()))
+    }
+}
+
+/// Handles by route, made once per label set: building them per request (the labels'
+/// strings, the recorder's key and lookup) cost about ten allocations a request
+/// (docs/benchmarks.md, "Issue 32"). The recorder is the process's global one, so a handle
+/// stays valid for good; the routes are the router's templates, a bounded set.
+static HANDLES: LazyLock<RwLock<HashMap<Box<str>, RouteHandles>>> = LazyLock::new(Default::default);
+
+fn handles(route: &str, method: &'static str, status: &'static str) -> (Counter, Histogram) {
+    let known = HANDLES
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(route)
+        .and_then(|h| h.find(method, status));
+    if let Some(found) = known {
+        return found;
+    }
+    let mut all = HANDLES.write().unwrap_or_else(PoisonError::into_inner);
+    let h = all.entry(route.into()).or_default();
+    let requests = match h
+        .requests
+        .iter()
+        .find(|(m, s, _)| *m == method && *s == status)
+    {
+        Some((_, _, c)) => c.clone(),
+        None => {
+            let c = counter!("streamwatch_http_requests_total", "route" => route.to_owned(), "method" => method, "status" => status);
+            h.requests.push((method, status, c.clone()));
+            c
+        }
+    };
+    let latency = match h.latency.iter().find(|(m, _)| *m == method) {
+        Some((_, l)) => l.clone(),
+        None => {
+            let l = histogram!("streamwatch_http_request_duration_seconds", "route" => route.to_owned(), "method" => method);
+            h.latency.push((method, l.clone()));
+            l
+        }
+    };
+    (requests, latency)
 }
 
 fn method_label(m: &axum::http::Method) -> &'static str {

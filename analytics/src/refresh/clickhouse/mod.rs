@@ -322,6 +322,18 @@ impl ChRefresh {
         }
         if let Some(l) = live {
             l.break_views(read_back.iter().filter(|k| !snapshot.broken.contains(k)));
+            // Also the views with another writer's record that did not change here since the
+            // last step (so not in the snapshot): memory is not their whole view either, and
+            // the window sees that record only once; a later batch taken here must not make
+            // memory write them.
+            let others: Vec<Key> = foreign
+                .iter()
+                .map(|(owner, session)| Key {
+                    owner: owner.as_str().into(),
+                    session: session.as_str().into(),
+                })
+                .collect();
+            l.break_views(&others);
         }
         // After this refresher's own last step every candidate grew, so comparing with the
         // stored views' record counts would skip nothing: that read is left out then.

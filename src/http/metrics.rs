@@ -95,13 +95,26 @@ struct RouteHandles {
 }
 
 impl RouteHandles {
-    fn find(&self, method: &str, status: &str) -> Option<(Counter, Histogram)> {
-        let requests = self
+    fn requests(&self, method: &str, status: &str) -> Option<&Counter> {
+        let found = self
             .requests
             .iter()
-            .find(|(m, s, _)| *m == method && *s == status)?;
-        let latency = self.latency.iter().find(|(m, _)| *m == method)?;
-        Some((requests.2.clone(), latency.1.clone()))
+            .find(|(m, s, _)| *m == method && *s == status);
+        found.map(|(_, _, c)| c)
+    }
+
+    fn latency(&self, method: &str) -> Option<&Histogram> {
+        self.latency
+            .iter()
+            .find(|(m, _)| *m == method)
+            .map(|(_, l)| l)
+    }
+
+    fn find(&self, method: &str, status: &str) -> Option<(Counter, Histogram)> {
+        Some((
+            self.requests(method, status)?.clone(),
+            self.latency(method)?.clone(),
+        ))
     }
 }
 
@@ -120,22 +133,19 @@ fn handles(route: &str, method: &'static str, status: &'static str) -> (Counter,
     if let Some(found) = known {
         return found;
     }
+    // First time for this label set (or a race with another request making it).
     let mut all = HANDLES.write().unwrap_or_else(PoisonError::into_inner);
     let h = all.entry(route.into()).or_default();
-    let requests = match h
-        .requests
-        .iter()
-        .find(|(m, s, _)| *m == method && *s == status)
-    {
-        Some((_, _, c)) => c.clone(),
+    let requests = match h.requests(method, status) {
+        Some(c) => c.clone(),
         None => {
             let c = counter!("streamwatch_http_requests_total", "route" => route.to_owned(), "method" => method, "status" => status);
             h.requests.push((method, status, c.clone()));
             c
         }
     };
-    let latency = match h.latency.iter().find(|(m, _)| *m == method) {
-        Some((_, l)) => l.clone(),
+    let latency = match h.latency(method) {
+        Some(l) => l.clone(),
         None => {
             let l = histogram!("streamwatch_http_request_duration_seconds", "route" => route.to_owned(), "method" => method);
             h.latency.push((method, l.clone()));

@@ -46,19 +46,6 @@ impl UserAgent {
     }
 }
 
-impl UserAgent {
-    /// The same triple with any empty part replaced by `unknown` (a dimension value is
-    /// never empty).
-    pub fn normalized(&self) -> Self {
-        let part = |s: &str| if s.is_empty() { UNKNOWN } else { s }.to_owned();
-        UserAgent {
-            browser: part(&self.browser),
-            os: part(&self.os),
-            device_type: part(&self.device_type),
-        }
-    }
-}
-
 impl Default for UserAgent {
     fn default() -> Self {
         UserAgent::unknown()
@@ -149,6 +136,57 @@ impl BatchDims {
     }
 }
 
+/// What one batch says about its view's dimensions, borrowed: from a record read back
+/// ([`BatchDims`]) or from one this process just stored (`ingest::BatchRecord`, whose
+/// strings the live views then never copy: a session's later batches usually give no
+/// new value).
+#[derive(Debug, Clone, Copy)]
+pub struct DimsOf<'a> {
+    /// Earliest event `ts` in the batch (epoch ms).
+    pub first_ts_ms: i64,
+    sdk: Option<&'a str>,
+    player: Option<&'a str>,
+    content_id: Option<&'a str>,
+    src: Option<&'a str>,
+    tags: &'a BTreeMap<String, String>,
+    browser: &'a str,
+    os: &'a str,
+    device_type: &'a str,
+}
+
+impl<'a> From<&'a BatchDims> for DimsOf<'a> {
+    fn from(b: &'a BatchDims) -> Self {
+        DimsOf {
+            first_ts_ms: b.first_ts_ms,
+            sdk: b.sdk.as_deref(),
+            player: b.player.as_deref(),
+            content_id: b.content_id.as_deref(),
+            src: b.src.as_deref(),
+            tags: &b.tags,
+            browser: &b.user_agent.browser,
+            os: &b.user_agent.os,
+            device_type: &b.user_agent.device_type,
+        }
+    }
+}
+
+impl<'a> From<&'a ingest::BatchRecord> for DimsOf<'a> {
+    fn from(r: &'a ingest::BatchRecord) -> Self {
+        let c = &*r.context;
+        DimsOf {
+            first_ts_ms: r.first_ts_ms,
+            sdk: c.sdk.as_deref(),
+            player: c.player.as_deref(),
+            content_id: c.content_id.as_deref(),
+            src: c.src.as_deref(),
+            tags: &c.tags,
+            browser: &r.user_agent.browser,
+            os: &r.user_agent.os,
+            device_type: r.user_agent.device_type,
+        }
+    }
+}
+
 /// The resolved dimensions of one view (`streamId` is not here: it is resolved from
 /// `src` at query time, so streams registered later still match).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -196,24 +234,31 @@ pub struct DimsFold {
 }
 
 impl DimsFold {
-    /// Takes the next batch in order.
-    pub fn push(&mut self, b: &BatchDims) {
-        fn fill(field: &mut Option<String>, value: &Option<String>) {
+    /// Takes the next batch in order (a `&BatchDims` or a `&ingest::BatchRecord`). Copies
+    /// only the values it did not hold yet.
+    pub fn push<'a>(&mut self, b: impl Into<DimsOf<'a>>) {
+        fn fill(field: &mut Option<String>, value: Option<&str>) {
             if field.is_none() {
-                *field = value.clone().filter(|v| !v.is_empty());
+                *field = value.filter(|v| !v.is_empty()).map(str::to_owned);
             }
         }
-        fill(&mut self.content_id, &b.content_id);
-        fill(&mut self.src, &b.src);
-        fill(&mut self.sdk, &b.sdk);
-        fill(&mut self.player, &b.player);
-        for (k, v) in &b.tags {
+        let b = b.into();
+        fill(&mut self.content_id, b.content_id);
+        fill(&mut self.src, b.src);
+        fill(&mut self.sdk, b.sdk);
+        fill(&mut self.player, b.player);
+        for (k, v) in b.tags {
             if !v.is_empty() && !self.tags.contains_key(k) {
                 self.tags.insert(k.clone(), v.clone());
             }
         }
         if self.user_agent.is_none() {
-            self.user_agent = Some(b.user_agent.normalized());
+            let part = |s: &str| if s.is_empty() { UNKNOWN } else { s }.to_owned();
+            self.user_agent = Some(UserAgent {
+                browser: part(b.browser),
+                os: part(b.os),
+                device_type: part(b.device_type),
+            });
         }
     }
 
@@ -263,13 +308,13 @@ mod tests {
             owner: "o".into(),
             session_id: "s".into(),
             first_ts_ms: 7,
-            context: ingest::Context {
+            context: std::sync::Arc::new(ingest::Context {
                 sdk: Some("sdk".into()),
                 player: None,
                 content_id: Some(String::new()),
                 src: Some("https://x".into()),
                 tags,
-            },
+            }),
             user_agent: ingest::UaClass {
                 browser: "Chrome".into(),
                 os: "Windows".into(),

@@ -162,13 +162,13 @@ impl GenBatch {
             owner,
             session_id: session,
             first_ts_ms: self.events.iter().map(|e| e.ts_ms).min().unwrap_or(0),
-            context: ingest::Context {
+            context: std::sync::Arc::new(ingest::Context {
                 sdk: ctx.sdk,
                 player: ctx.player,
                 content_id: ctx.content_id,
                 src: ctx.src,
                 tags: ctx.tags,
-            },
+            }),
             user_agent,
         };
         (rows, record)

@@ -43,7 +43,7 @@ pub mod session;
 pub mod store;
 pub mod view;
 
-pub use dims::{BatchDims, Dims, DimsFold, UserAgent};
+pub use dims::{BatchDims, Dims, DimsFold, DimsOf, UserAgent};
 pub use event::{dedup, Event};
 pub use live::LiveViews;
 pub use metrics::Aggregate;

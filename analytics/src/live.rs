@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::dims::{BatchDims, DimsFold};
+use crate::dims::{DimsFold, DimsOf};
 use crate::event::Event;
 use crate::view::{Fold, View};
 
@@ -143,7 +143,7 @@ pub struct Pending<'a> {
 
 impl Pending<'_> {
     /// The write was acknowledged: memory takes the batch ([`LiveViews::take`]).
-    pub fn stored(mut self, events: Vec<Event>, dims: &BatchDims) {
+    pub fn stored<'d>(mut self, events: Vec<Event>, dims: impl Into<DimsOf<'d>>) {
         if let Some(key) = self.key.take() {
             self.live.take(key, events, dims);
         }
@@ -160,13 +160,17 @@ impl Drop for Pending<'_> {
 
 /// One shard of the map. An entry is small (its fold is boxed): the table moves little
 /// when it rehashes (views come and go all the time).
-type Shard = Mutex<HashMap<Key, Entry>>;
+type Shard = Mutex<HashMap<Key, Entry, Hasher>>;
+
+/// The map's hasher: seeded per process, and a fraction of SipHash's cost on the two short
+/// ids of a key (it runs twice per batch, for the shard and in it).
+type Hasher = foldhash::fast::RandomState;
 
 /// The live views of one server process (see the module doc). Shared by the ingest route,
 /// which feeds it, and the refresher, which reads it.
 pub struct LiveViews {
     writer: u64,
-    hasher: std::hash::RandomState,
+    hasher: Hasher,
     shards: Box<[Shard]>,
     /// Views held whole at most, and held whole now (entries with a fold).
     cap: usize,
@@ -196,7 +200,7 @@ impl LiveViews {
     pub fn with_cap(writer: u64, cap: usize) -> Self {
         LiveViews {
             writer,
-            hasher: std::hash::RandomState::new(),
+            hasher: Hasher::default(),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             cap,
             held: AtomicUsize::new(0),
@@ -232,7 +236,7 @@ impl LiveViews {
         self.writer
     }
 
-    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry, Hasher>> {
         let i = self.hasher.hash_one(key) as usize % self.shards.len();
         // A panic while holding a shard leaves a map of whole entries: go on with it.
         self.shards[i]
@@ -242,7 +246,8 @@ impl LiveViews {
 
     /// Takes a batch whose write was acknowledged: its events (any order; the first of
     /// each `(ts, type)` kept) and its record's dimensions.
-    pub fn take(&self, key: Key, mut events: Vec<Event>, dims: &BatchDims) {
+    pub fn take<'d>(&self, key: Key, mut events: Vec<Event>, dims: impl Into<DimsOf<'d>>) {
+        let dims = dims.into();
         // Stable: among equal keys the first written stays first, and is the one kept.
         events.sort_by_key(Event::order_key);
         events.dedup_by_key(|e| e.order_key());
@@ -406,6 +411,7 @@ impl LiveViews {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::BatchDims;
     use ingest::{EndReason, EventType};
 
     fn key(session: &str) -> Key {

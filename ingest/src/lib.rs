@@ -26,6 +26,7 @@
 //! Debian's 18.16). Every ClickHouse test uses a fresh random database; SQLite
 //! tests use temp files. Golden wire fixtures live in `ingest/fixtures/`.
 
+mod generations;
 pub mod record_dims;
 pub mod row;
 pub mod sink;

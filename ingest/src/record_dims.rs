@@ -18,31 +18,41 @@
 //! R is never the first record. The cache only remembers records whose write succeeded;
 //! a restart, an eviction or another instance only means a record carries its `dims` again.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::generations::Generations;
 use crate::row::BatchRecord;
+use crate::ua::UaClass;
+use crate::wire::Context;
 
 /// Sessions remembered per sink, per generation (two are kept): a fleet's active sessions
-/// at once, roughly. An entry holds its `dims` text (~150 bytes) and two shared keys: a
-/// few tens of MiB at most.
+/// at once, roughly. An entry holds its record's context and two shared keys: a few tens
+/// of MiB at most.
 const SESSIONS: usize = 100_000;
 
 type Key = (Arc<str>, Arc<str>);
-type Map = HashMap<Key, Stored, foldhash::fast::RandomState>;
 
-/// A stored record this process wrote: its earliest event `ts` and its `dims` text.
-#[derive(Clone)]
+/// A stored record this process wrote: its earliest event `ts` and what its `dims` text
+/// was made of. Equal parts give equal text ([`BatchRecord::dims_json`] is a function of
+/// them, and tells an absent field from an empty one), so a repeat is known without
+/// building its text.
 struct Stored {
     first_ts_ms: i64,
-    dims: Arc<str>,
+    context: Arc<Context>,
+    user_agent: UaClass,
+}
+
+impl Stored {
+    fn says_the_same_as(&self, b: &BatchRecord) -> bool {
+        self.context == b.context && self.user_agent == b.user_agent
+    }
 }
 
 /// One record's `dims`, as computed for a write.
 #[derive(Debug)]
 pub struct RecordDims {
-    /// The record's own `dims` JSON ([`BatchRecord::dims_json`]).
-    pub json: String,
+    /// The record's own `dims` JSON ([`BatchRecord::dims_json`]); empty when elided.
+    json: String,
     /// Whether the stored text is `""` (an earlier stored record says the same).
     pub elided: bool,
 }
@@ -50,46 +60,20 @@ pub struct RecordDims {
 impl RecordDims {
     /// The text to store in the `dims` column.
     pub fn stored(&self) -> &str {
-        if self.elided {
-            ""
-        } else {
-            &self.json
-        }
+        &self.json
     }
 }
 
-/// Per-sink memory of the records it stored (see the module documentation). Bounded by
-/// generations, not LRU bookkeeping: entries go into `current`; when it is full it becomes
-/// `previous` (the one before is dropped), and a hit in `previous` moves back into
-/// `current`. A session active within the last generation is remembered, for one lock and
-/// one or two hash lookups per record (a concurrent cache cost a fifth of the ingest
-/// path's CPU here).
+/// Per-sink memory of the records it stored (see the module documentation), bounded by
+/// [`Generations`]: a session active within the last generation is remembered, for one
+/// lock and one or two hash lookups per record.
 pub struct DimsMemory {
-    capacity: usize,
-    generations: Mutex<Generations>,
-}
-
-#[derive(Default)]
-struct Generations {
-    current: Map,
-    previous: Map,
-}
-
-impl Generations {
-    fn get(&mut self, key: &Key) -> Option<&Stored> {
-        if !self.current.contains_key(key) {
-            let moved = self.previous.remove_entry(key)?;
-            self.current.insert(moved.0, moved.1);
-        }
-        self.current.get(key)
-    }
+    generations: Mutex<Generations<Key, Stored>>,
 }
 
 impl std::fmt::Debug for DimsMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DimsMemory")
-            .field("capacity", &self.capacity)
-            .finish_non_exhaustive()
+        f.debug_struct("DimsMemory").finish_non_exhaustive()
     }
 }
 
@@ -103,30 +87,36 @@ impl DimsMemory {
     /// Up to `sessions` sessions per generation (two generations are kept).
     pub fn new(sessions: usize) -> Self {
         DimsMemory {
-            capacity: sessions.max(1),
-            generations: Mutex::default(),
+            generations: Mutex::new(Generations::new(sessions)),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Generations> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations<Key, Stored>> {
         // The maps are consistent after any panic (no multi-step update): keep using them.
         self.generations
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The `dims` of each record of a write about to start.
+    /// The `dims` of each record of a write about to start. The text of a record that is
+    /// elided is never built.
     pub fn for_write(&self, batches: &[BatchRecord]) -> Vec<RecordDims> {
-        let json: Vec<String> = batches.iter().map(BatchRecord::dims_json).collect();
-        let mut g = self.lock();
+        let elided: Vec<bool> = {
+            let mut g = self.lock();
+            batches
+                .iter()
+                .map(|b| {
+                    g.get(&(b.owner.clone(), b.session_id.clone()))
+                        .is_some_and(|s| s.first_ts_ms <= b.first_ts_ms && s.says_the_same_as(b))
+                })
+                .collect()
+        };
         batches
             .iter()
-            .zip(json)
-            .map(|(b, json)| {
-                let elided = g
-                    .get(&(b.owner.clone(), b.session_id.clone()))
-                    .is_some_and(|s| s.first_ts_ms <= b.first_ts_ms && *s.dims == *json);
-                RecordDims { json, elided }
+            .zip(elided)
+            .map(|(b, elided)| RecordDims {
+                json: if elided { String::new() } else { b.dims_json() },
+                elided,
             })
             .collect()
     }
@@ -144,14 +134,12 @@ impl DimsMemory {
             if g.get(&key).is_some_and(|s| s.first_ts_ms <= b.first_ts_ms) {
                 continue;
             }
-            if g.current.len() >= self.capacity {
-                g.previous = std::mem::take(&mut g.current);
-            }
-            g.current.insert(
+            g.insert(
                 key,
                 Stored {
                     first_ts_ms: b.first_ts_ms,
-                    dims: Arc::from(d.json.as_str()),
+                    context: b.context.clone(),
+                    user_agent: b.user_agent.clone(),
                 },
             );
         }
@@ -161,14 +149,13 @@ impl DimsMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Context;
 
     fn record(session: &str, first_ts_ms: i64, player: Option<&str>) -> BatchRecord {
         let mut r = BatchRecord::bare("owner".into(), session.into(), first_ts_ms);
-        r.context = Context {
+        r.context = Arc::new(Context {
             player: player.map(str::to_owned),
             ..Context::default()
-        };
+        });
         r
     }
 

@@ -41,7 +41,8 @@ pub struct BatchRecord {
     /// Earliest event `ts` of the batch (epoch ms).
     pub first_ts_ms: i64,
     /// The batch `context`; all fields absent when the batch had none (SDK 0.1.0).
-    pub context: Context,
+    /// Shared: the live views read it after the write without copying its strings.
+    pub context: Arc<Context>,
     /// Classification of the request's `User-Agent` (`unknown` when absent).
     pub user_agent: UaClass,
 }
@@ -55,7 +56,7 @@ impl BatchRecord {
             owner,
             session_id,
             first_ts_ms,
-            context: Context::default(),
+            context: Arc::default(),
             user_agent: UaClass::unknown(),
         }
     }
@@ -184,7 +185,7 @@ impl Batch {
             owner,
             session_id,
             first_ts_ms,
-            context: self.context.unwrap_or_default(),
+            context: Arc::new(self.context.unwrap_or_default()),
             user_agent,
         };
         (rows, record)
@@ -212,13 +213,13 @@ mod tests {
             owner: Arc::from("o"),
             session_id: Arc::from("s"),
             first_ts_ms: 1,
-            context: Context {
+            context: Arc::new(Context {
                 sdk: Some("sdk@0.2.0".into()),
                 player: None,
                 content_id: Some(String::new()),
                 src: Some("https://x/y.m3u8".into()),
                 tags,
-            },
+            }),
             user_agent: ua(),
         };
         assert_eq!(
@@ -251,6 +252,6 @@ mod tests {
             .map(|b| (&*b.session_id, b.first_ts_ms))
             .collect();
         assert_eq!(got, vec![("b", 3), ("a", 5)]);
-        assert!(w.batches.iter().all(|b| b.context == Context::default()));
+        assert!(w.batches.iter().all(|b| *b.context == Context::default()));
     }
 }

@@ -122,13 +122,13 @@ pub fn decode(bytes: &[u8]) -> Result<(Vec<EventRow>, BatchRecord), DecodeError>
         owner,
         session_id,
         first_ts_ms,
-        context: Context {
+        context: Arc::new(Context {
             sdk,
             player,
             content_id,
             src,
             tags,
-        },
+        }),
         user_agent: UaClass {
             browser,
             os,
@@ -215,7 +215,7 @@ mod tests {
             owner,
             session_id: session,
             first_ts_ms: 1_700_000_000_000,
-            context,
+            context: Arc::new(context),
             user_agent: ua,
         };
         (rows, record)

@@ -13,7 +13,9 @@
 //! [`UaCache`] puts a bounded cache in front, since a few distinct agents serve a whole
 //! fleet.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::generations::Generations;
 
 /// The value of every part when the `User-Agent` is absent or unparsable.
 pub const UNKNOWN: &str = "unknown";
@@ -237,18 +239,17 @@ fn device_type(
 }
 
 /// A bounded cache of classifications keyed by the `User-Agent` string: a fleet has
-/// few distinct agents, so nearly every request is a hash lookup (~0.2 µs) instead of a
-/// regex walk (~7 µs). Cheap to clone (shared).
+/// few distinct agents, so nearly every request is one hash lookup under a lock (~0.1 µs)
+/// instead of a regex walk (~7 µs). Bounded by [`Generations`]: at most twice `capacity`
+/// agents, those seen within the last generation kept. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct UaCache {
-    cache: moka::sync::Cache<Arc<str>, UaClass>,
+    cache: Arc<Mutex<Generations<Box<str>, UaClass>>>,
 }
 
 impl std::fmt::Debug for UaCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UaCache")
-            .field("entries", &self.cache.entry_count())
-            .finish()
+        f.debug_struct("UaCache").finish_non_exhaustive()
     }
 }
 
@@ -259,11 +260,18 @@ impl Default for UaCache {
 }
 
 impl UaCache {
-    /// A cache holding at most `capacity` distinct agents.
-    pub fn new(capacity: u64) -> Self {
+    /// A cache holding at most `capacity` distinct agents per generation.
+    pub fn new(capacity: usize) -> Self {
         UaCache {
-            cache: moka::sync::Cache::new(capacity),
+            cache: Arc::new(Mutex::new(Generations::new(capacity))),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generations<Box<str>, UaClass>> {
+        // Every entry is complete after any panic (no multi-step update): keep using it.
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The classification of a `User-Agent` header value (`None` when absent).
@@ -272,11 +280,12 @@ impl UaCache {
             Some(ua) if !ua.is_empty() => truncate(ua),
             _ => return UaClass::unknown(),
         };
-        if let Some(hit) = self.cache.get(ua) {
-            return hit;
+        if let Some(hit) = self.lock().get(ua) {
+            return hit.clone();
         }
+        // Parsed outside the lock: a miss does not hold up the requests that hit.
         let class = classify(Some(ua));
-        self.cache.insert(Arc::from(ua), class.clone());
+        self.lock().insert(Box::from(ua), class.clone());
         class
     }
 
@@ -365,8 +374,9 @@ mod tests {
             assert_eq!(cache.classify(Some(ua)), classify(Some(ua)));
             assert_eq!(cache.classify(Some(ua)), classify(Some(ua)));
         }
-        cache.cache.run_pending_tasks();
-        assert!(cache.cache.entry_count() <= 4);
+        // Two generations of at most 4 agents each.
+        assert!(TABLE.len() > 8);
+        assert!(cache.lock().len() <= 8);
     }
 
     #[test]

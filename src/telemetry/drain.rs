@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use analytics::live::{Key, LiveViews};
-use analytics::{BatchDims, Event};
+use analytics::Event;
 use ingest::spool::{RecordId, SpoolError, SpoolStats, SpooledRecord};
 use ingest::{SinkWrite, SupervisedSink, WriterHandle};
 use tokio::sync::watch;
@@ -61,7 +61,7 @@ pub struct Drainer {
 struct Peeked {
     write: SinkWrite,
     /// Per batch, in spool order: its view, events and dimensions for the live views.
-    views: Vec<(Key, Vec<Event>, BatchDims)>,
+    views: Vec<(Key, Vec<Event>, ingest::BatchRecord)>,
     last: RecordId,
     batches: u64,
     events: u64,
@@ -163,8 +163,8 @@ impl Drainer {
                         }
                     }
                     if let Some(live) = &self.live {
-                        for (key, events, dims) in peeked.views {
-                            live.take(key, events, &dims);
+                        for (key, events, record) in peeked.views {
+                            live.take(key, events, &record);
                         }
                     }
                     metrics::counter!("streamwatch_spool_drained_total", "unit" => "batches")
@@ -243,7 +243,7 @@ fn decode(records: Vec<SpooledRecord>, live: bool) -> Peeked {
                 .collect();
             peeked
                 .views
-                .push((key, events, BatchDims::from_record(&batch, 0)));
+                .push((key, events, batch.clone()));
         }
         peeked.batches += 1;
         peeked.events += rows.len() as u64;

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use analytics::live::{Key, LiveViews};
-use analytics::{BatchDims, Event};
+use analytics::Event;
 use ingest::spool::{Record, Spool, SpoolError};
 use ingest::{Batch, SinkError, SupervisedSink, UaCache, UaClass, WriterHandle};
 
@@ -239,16 +239,13 @@ impl Intake {
         // Until the write answers, the view counts as possibly changed behind memory's
         // back: a failed or timed-out write may be partly stored, and so may a write whose
         // request was cancelled while it was in flight (the client went away).
+        // The record's parts are shared, not copied: memory reads them after the write.
         let pending = taken.zip(self.live.as_deref()).map(|(events, live)| {
             let key = Key {
                 owner: record.owner.clone(),
                 session: record.session_id.clone(),
             };
-            (
-                live.pending(key),
-                events,
-                BatchDims::from_record(&record, 0),
-            )
+            (live.pending(key), events, record.clone())
         });
         // A dead or hung store answers within the deadline (decisions.md §11): the breaker
         // fails at once while the store is known down. The batch is not acknowledged; the
@@ -260,8 +257,8 @@ impl Intake {
                 Ok(Err(e)) => Err(Refusal::Store(e)),
                 Err(_) => Err(Refusal::Timeout),
             };
-        if let (Some((pending, events, dims)), Ok(())) = (pending, &stored) {
-            pending.stored(events, &dims);
+        if let (Some((pending, events, record)), Ok(())) = (pending, &stored) {
+            pending.stored(events, &record);
         }
         stored
     }

@@ -55,11 +55,11 @@ fn record(session: &str, rows: &[EventRow], sdk: &str) -> BatchRecord {
         owner: OWNER.into(),
         session_id: session.into(),
         first_ts_ms: rows.iter().map(|r| r.ts_ms).min().unwrap_or(0),
-        context: Context {
+        context: Arc::new(Context {
             sdk: Some(sdk.into()),
             src: Some("https://cdn.example/a.m3u8".into()),
             ..Context::default()
-        },
+        }),
         user_agent: UaClass::unknown(),
     }
 }
@@ -569,13 +569,13 @@ async fn clickhouse_a_stale_upsert_under_a_later_day_never_shows() {
 async fn records_with_repeated_dims_resolve_and_count_like_every_record() {
     for_both(|e| async move {
         let tagged = |rows: &[EventRow], tags: &[(&str, &str)]| BatchRecord {
-            context: Context {
+            context: Arc::new(Context {
                 tags: tags
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
-                ..record("s1", rows, "sdk").context
-            },
+                ..(*record("s1", rows, "sdk").context).clone()
+            }),
             ..record("s1", rows, "sdk")
         };
         let mut r = e.refresher();
@@ -613,7 +613,7 @@ async fn a_repeated_context_resolves_as_every_record_and_sqlite_stores_it_once()
         let with = |offset: i64, sdk: &str, tags: &[(&str, &str)]| {
             let rows = vec![row("s1", offset, EventType::PlaybackPause, "")];
             let mut rec = record("s1", &rows, sdk);
-            rec.context.tags = tags
+            Arc::make_mut(&mut rec.context).tags = tags
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect();

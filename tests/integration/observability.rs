@@ -253,6 +253,136 @@ async fn qoe_refresher_metrics_count_views_written_from_memory_on_clickhouse() {
     assert!(page.contains("# HELP streamwatch_qoe_refresh_views_total "));
 }
 
+/// Polls the metrics page until `done` holds for it (30 s at most, then fails with `what`).
+async fn scrape_until(metrics: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let page = scrape(metrics).await;
+        if done(&page) {
+            return page;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {page}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A batch whose client goes away while its write is in flight may be stored all the same:
+/// its view must then be read back, never written from memory without it. Here the batch's
+/// write waits behind a write lock held from outside the process; the client closes its
+/// connection, which drops the request; the lock goes and the batch is stored. The view's
+/// `endedAt` must be that batch's event, and the refresher must have read the view back.
+/// Every wait is on an event the server reports (its gauges, its counters, the view).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_client_left_mid_write_is_read_back_not_written_from_memory() {
+    use sqlx::{Connection, Executor};
+    use tokio::io::AsyncWriteExt;
+
+    let dir = tempfile::tempdir().expect("dir");
+    let (p, metrics) = own_process(dir.path(), &[("STREAMWATCH_QOE_REFRESH", "200ms")]).await;
+    let cookie = p.sign_up("left-mid-write@example.com").await;
+    let (key, _) = p.mint_key(&cookie).await;
+    let batch = |ts: &str| {
+        json!({ "apiKey": key, "sessionId": "left-1", "events": [
+            { "type": "playback_pause", "ts": ts, "payload": { "positionMs": 0, "bufferedMs": 1 } }
+        ] })
+    };
+    let live = r#"streamwatch_qoe_refresh_views_total{source="live"}"#;
+    let read_back = r#"streamwatch_qoe_refresh_views_total{source="read_back"}"#;
+    let open = "streamwatch_http_connections_open";
+    let in_flight = "streamwatch_writer_writes_in_flight";
+
+    // The first batch is stored and answered: memory holds the view and writes it.
+    let before = scrape(&metrics).await;
+    let status = reqwest::Client::new()
+        .post(p.url("/api/v1/telemetry"))
+        .bearer_auth(&key)
+        .json(&batch("2026-11-21T10:00:00.000Z"))
+        .send()
+        .await
+        .expect("send")
+        .status();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let page = scrape_until(&metrics, "the view was not written from memory", |page| {
+        sample(page, live) > sample(&before, live) && sample(page, open) == 0.0
+    })
+    .await;
+    let read_back_before = sample(&page, read_back);
+
+    // Hold the store's write lock from outside: the next write waits in SQLite's busy handler
+    // (10 s at most), in flight.
+    let mut outside = sqlx::SqliteConnection::connect(&format!(
+        "sqlite://{}",
+        dir.path()
+            .join(ingest::sink::sqlite::DB_FILE_NAME)
+            .display()
+    ))
+    .await
+    .expect("open the telemetry file");
+    outside
+        .execute("BEGIN IMMEDIATE")
+        .await
+        .expect("write lock");
+
+    let body = batch("2026-11-21T10:00:30.000Z").to_string();
+    let mut client = tokio::net::TcpStream::connect(p.base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    client
+        .write_all(
+            format!(
+                "POST /api/v1/telemetry HTTP/1.1\r\nhost: streamwatch\r\nauthorization: Bearer {key}\r\n\
+                 content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("send the batch");
+    scrape_until(&metrics, "the batch's write did not start", |page| {
+        sample(page, in_flight) == 1.0 && sample(page, open) == 1.0
+    })
+    .await;
+    // The client goes away: the server ends the connection and drops the request.
+    drop(client);
+    scrape_until(&metrics, "the connection was not closed", |page| {
+        sample(page, open) == 0.0
+    })
+    .await;
+    outside.execute("COMMIT").await.expect("release");
+    drop(outside);
+
+    // The batch is stored; memory knows it may be, so the refresher reads the view back.
+    let views = format!(
+        "{}/api/v1/qoe/views?from=2026-11-21T09:00:00.000Z&to=2026-11-21T11:00:00.000Z",
+        p.base
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let body: serde_json::Value = reqwest::Client::new()
+            .get(&views)
+            .header("cookie", format!("auth.session_token={cookie}"))
+            .send()
+            .await
+            .expect("views")
+            .json()
+            .await
+            .expect("json");
+        if body["items"][0]["endedAt"] == "2026-11-21T10:00:30.000Z" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the view never showed the batch whose client left: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let page = scrape(&metrics).await;
+    assert!(
+        sample(&page, read_back) > read_back_before,
+        "the view was not read back: {page}"
+    );
+}
+
 /// Every response carries a request id: the client's `x-request-id` echoed, or a new one.
 #[tokio::test]
 async fn every_response_carries_a_request_id() {

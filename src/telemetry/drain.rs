@@ -241,9 +241,7 @@ fn decode(records: Vec<SpooledRecord>, live: bool) -> Peeked {
                 .iter()
                 .map(|r| Event::parse(r.ts_ms, r.event_type, &r.payload))
                 .collect();
-            peeked
-                .views
-                .push((key, events, batch.clone()));
+            peeked.views.push((key, events, batch.clone()));
         }
         peeked.batches += 1;
         peeked.events += rows.len() as u64;

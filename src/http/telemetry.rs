@@ -6,8 +6,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::{Extension, Json};
 use serde::Serialize;
@@ -281,10 +280,12 @@ pub(crate) fn events_paging(
     security(("apiKey" = [])))]
 pub async fn ingest(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
+    req: Request,
 ) -> Result<StatusCode, ApiError> {
-    let raw_key = bearer(&headers).ok_or_else(|| refused("auth", 0, ApiError::InvalidApiKey))?;
+    // The request's own parts: a `HeaderMap` extractor would copy the headers.
+    let (parts, body) = req.into_parts();
+    let headers = &parts.headers;
+    let raw_key = bearer(headers).ok_or_else(|| refused("auth", 0, ApiError::InvalidApiKey))?;
     let owner = state
         .key_cache
         .authenticate(raw_key)

@@ -121,6 +121,9 @@ for r in $(seq 1 "$ROUNDS"); do
         for shape in $SHAPES; do
             declare -A eps=()
             for side in "${sides[@]}"; do
+                # The previous run's writes reach the disk now, not during this run (a run leaves
+                # a few hundred MB of dirty pages, which the kernel writes back 30 s later).
+                sync
                 sleep 5 # the previous run's merges and exits settle
                 if [ "$side" = old ]; then run old "$OLD" "$engine" "$shape"; else run new "$NEW" "$engine" "$shape"; fi
                 eps[$side]="$EPS"

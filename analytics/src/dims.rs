@@ -115,25 +115,6 @@ impl BatchDims {
             },
         }
     }
-
-    /// The record an ingest batch stores (what the sinks write), with `seq` as given.
-    pub fn from_record(record: &ingest::BatchRecord, seq: u64) -> Self {
-        let c = &record.context;
-        BatchDims {
-            first_ts_ms: record.first_ts_ms,
-            seq,
-            sdk: c.sdk.clone(),
-            player: c.player.clone(),
-            content_id: c.content_id.clone(),
-            src: c.src.clone(),
-            tags: c.tags.clone(),
-            user_agent: UserAgent {
-                browser: record.user_agent.browser.to_string(),
-                os: record.user_agent.os.to_string(),
-                device_type: record.user_agent.device_type.to_owned(),
-            },
-        }
-    }
 }
 
 /// What one batch says about its view's dimensions, borrowed: from a record read back
@@ -300,6 +281,25 @@ mod tests {
         }
     }
 
+    /// What `record` says, as a stored record read back with write sequence `seq` should.
+    fn from_record(record: &ingest::BatchRecord, seq: u64) -> BatchDims {
+        let c = &record.context;
+        BatchDims {
+            first_ts_ms: record.first_ts_ms,
+            seq,
+            sdk: c.sdk.clone(),
+            player: c.player.clone(),
+            content_id: c.content_id.clone(),
+            src: c.src.clone(),
+            tags: c.tags.clone(),
+            user_agent: UserAgent {
+                browser: record.user_agent.browser.to_string(),
+                os: record.user_agent.os.to_string(),
+                device_type: record.user_agent.device_type.to_owned(),
+            },
+        }
+    }
+
     #[test]
     fn reads_stored_records_as_written() {
         let mut tags = BTreeMap::new();
@@ -322,7 +322,7 @@ mod tests {
             },
         };
         let stored = BatchDims::from_stored(7, 3, &record.dims_json());
-        assert_eq!(stored, BatchDims::from_record(&record, 3));
+        assert_eq!(stored, from_record(&record, 3));
         let bare = BatchDims::from_stored(1, 0, "not json");
         assert_eq!(bare.user_agent, UserAgent::unknown());
         assert_eq!(bare.sdk, None);

@@ -60,7 +60,8 @@ pub struct Drainer {
 /// Spooled batches decoded for one insert.
 struct Peeked {
     write: SinkWrite,
-    /// Per batch, in spool order: its view, events and dimensions for the live views.
+    /// Per batch, in spool order: its view, events and record (its dimensions, shared) for
+    /// the live views.
     views: Vec<(Key, Vec<Event>, ingest::BatchRecord)>,
     last: RecordId,
     batches: u64,

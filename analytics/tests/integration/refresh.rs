@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use analytics::live::Key;
 use analytics::query::{Filters, Format, StreamIds, TimeRange, ViewsQuery};
-use analytics::{BatchDims, Event, LiveViews, RefreshConfig, Refresher};
+use analytics::{Event, LiveViews, RefreshConfig, Refresher};
 use common::Engine;
 use ingest::{BatchRecord, Context, EventRow, EventType, SinkWrite, UaClass};
 
@@ -76,15 +76,15 @@ async fn write(e: &Engine, rows: Vec<EventRow>, records: Vec<BatchRecord>) {
         .await
         .expect("write");
     if let Some(live) = &e.live {
-        for (key, events, dims) in taken {
-            live.take(key, events, &dims);
+        for (key, events, record) in taken {
+            live.take(key, events, &record);
         }
     }
 }
 
 /// What the ingest route gives the live views for `record`'s batch: its key, the events
-/// of its session among `rows`, its dimensions.
-fn taken(record: &BatchRecord, rows: &[EventRow]) -> (Key, Vec<Event>, BatchDims) {
+/// of its session among `rows`, the record itself (its dimensions).
+fn taken(record: &BatchRecord, rows: &[EventRow]) -> (Key, Vec<Event>, BatchRecord) {
     let key = Key {
         owner: record.owner.clone(),
         session: record.session_id.clone(),
@@ -94,7 +94,7 @@ fn taken(record: &BatchRecord, rows: &[EventRow]) -> (Key, Vec<Event>, BatchDims
         .filter(|r| r.session_id == record.session_id)
         .map(|r| Event::parse(r.ts_ms, r.event_type, &r.payload))
         .collect();
-    (key, events, BatchDims::from_record(record, 0))
+    (key, events, record.clone())
 }
 
 async fn batch(e: &Engine, session: &str, rows: Vec<EventRow>, sdk: &str) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use analytics::fleet::Fleet;
 use analytics::live::Key;
-use analytics::{BatchDims, Event, LiveViews, Refresher, Store};
+use analytics::{Event, LiveViews, Refresher, Store};
 use ingest::{ClickHouseConfig, ClickHouseSink, EventSink, SinkWrite, SqliteSink, UaCache};
 use rand::Rng;
 
@@ -191,17 +191,17 @@ pub async fn both() -> Vec<Engine> {
     ]
 }
 
-/// What the ingest route gives `live` for a stored batch: its key, events and dims.
+/// What the ingest route gives `live` for a stored batch: its key, events and record.
 pub fn taken(
     b: &analytics::fleet::GenBatch,
     record: &ingest::BatchRecord,
-) -> (Key, Vec<Event>, BatchDims) {
+) -> (Key, Vec<Event>, ingest::BatchRecord) {
     let key = Key {
         owner: record.owner.clone(),
         session: record.session_id.clone(),
     };
     let events = b.events.iter().map(Event::from_stored).collect();
-    (key, events, BatchDims::from_record(record, 0))
+    (key, events, record.clone())
 }
 
 /// Writes `fleet` for `owner` through `e`'s sink, in fleet order, `per_write` batches per
@@ -221,8 +221,8 @@ pub async fn write_fleet(e: &Engine, owner: &str, fleet: &Fleet, per_write: usiz
         }
         e.sink.write(write).await.expect("write fleet");
         if let Some(live) = &e.live {
-            for (key, events, dims) in taken_batches {
-                live.take(key, events, &dims);
+            for (key, events, record) in taken_batches {
+                live.take(key, events, &record);
             }
         }
     }

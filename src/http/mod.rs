@@ -26,7 +26,6 @@ pub mod waitlist;
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -141,12 +140,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/auth/sign-out", post(auth::sign_out))
         .route("/api/auth/get-session", get(auth::get_session))
         .route("/api/auth/change-password", post(auth::change_password))
-        // OPTIONS is routed explicitly so the CORS layer sees preflights; it answers them itself.
         .route(
             "/api/v1/telemetry",
-            post(telemetry::ingest)
-                .options(|| async { StatusCode::NO_CONTENT })
-                .layer(telemetry::cors()),
+            post(telemetry::ingest).options(telemetry::preflight).layer(
+                tower::util::MapResponseLayer::new(telemetry::cors_headers as fn(_) -> _),
+            ),
         )
         .route("/api/waitlist", post(waitlist::join))
         .route("/healthz", get(health::healthz))

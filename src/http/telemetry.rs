@@ -7,29 +7,77 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::{Extension, Json};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
-use tower_http::cors::{Any, CorsLayer};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, FieldErrorsBody, StoreUnavailable};
 use super::extract::{read_body, BodyError, PathText, SessionUser, MSG_BODY_UNREADABLE};
 use super::query::{int_in_range, QueryPairs};
 use super::AppState;
+use crate::telemetry::Outcome;
 use crate::time::Timestamp;
 
 /// Sessions listed by the read-back route.
 const SESSIONS_LIMIT: u32 = 50;
 
-/// Preflight for any origin: players run on third-party pages. No cookies are involved.
-pub fn cors() -> CorsLayer {
-    CorsLayer::new()
-        .allow_origin(Any)
-        .allow_methods([Method::POST, Method::OPTIONS])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
-        .max_age(std::time::Duration::from_secs(86_400))
+/// CORS of the ingest route (decisions.md "CORS"): any origin, no cookies, `POST` with
+/// `Authorization` and `Content-Type`; players run on third-party pages. The policy is a
+/// constant, so its headers are static values. (tower-http's `CorsLayer` computes them per
+/// request for policies that depend on the request, and axum clones a route's layers for
+/// every request: its clone, header map and `Vary` value were about 2 % of the server's CPU
+/// on the fleet's small batches; docs/benchmarks.md.) The values are the ones `CorsLayer`
+/// sent for this policy.
+mod cors {
+    use axum::http::header::{
+        ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+        ACCESS_CONTROL_MAX_AGE, VARY,
+    };
+    use axum::http::{HeaderName, HeaderValue};
+
+    /// On every answer of the route, preflight or not.
+    pub const EVERY: [(HeaderName, HeaderValue); 2] = [
+        (
+            VARY,
+            HeaderValue::from_static(
+                "origin, access-control-request-method, access-control-request-headers",
+            ),
+        ),
+        (ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*")),
+    ];
+
+    /// On a preflight's answer too (cached by browsers for a day).
+    pub const PREFLIGHT: [(HeaderName, HeaderValue); 3] = [
+        (
+            ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("POST,OPTIONS"),
+        ),
+        (
+            ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization,content-type"),
+        ),
+        (ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400")),
+    ];
+}
+
+/// Adds the CORS headers every answer of the ingest route carries (a `map_response` of the
+/// route: a function, so cloning the route per request copies a pointer).
+pub fn cors_headers(mut resp: Response) -> Response {
+    let headers = resp.headers_mut();
+    for (name, value) in cors::EVERY {
+        headers.append(name, value);
+    }
+    resp
+}
+
+/// A preflight (`OPTIONS`) of the ingest route, from any origin: 200 with the policy.
+pub async fn preflight() -> Response {
+    let mut resp = Response::new(axum::body::Body::empty());
+    resp.headers_mut().extend(cors::PREFLIGHT);
+    resp
 }
 
 /// The raw key of a well-formed `Authorization: Bearer <key>` header.
@@ -285,22 +333,27 @@ pub async fn ingest(
     // The request's own parts: a `HeaderMap` extractor would copy the headers.
     let (parts, body) = req.into_parts();
     let headers = &parts.headers;
-    let raw_key = bearer(headers).ok_or_else(|| refused("auth", 0, ApiError::InvalidApiKey))?;
+    let raw_key =
+        bearer(headers).ok_or_else(|| refused(Outcome::Auth, 0, ApiError::InvalidApiKey))?;
     let owner = state
         .key_cache
         .authenticate(raw_key)
         .await
-        .map_err(|e| refused("auth", 0, e.into()))?
-        .ok_or_else(|| refused("auth", 0, ApiError::InvalidApiKey))?;
+        .map_err(|e| refused(Outcome::Auth, 0, e.into()))?
+        .ok_or_else(|| refused(Outcome::Auth, 0, ApiError::InvalidApiKey))?;
 
     let bytes = match read_body(body, ingest::MAX_BODY_BYTES).await {
         Ok(bytes) => bytes,
         Err(BodyError::TooLarge) => {
-            return Err(refused("validation", 0, invalid(ingest::body_too_large())))
+            return Err(refused(
+                Outcome::Validation,
+                0,
+                invalid(ingest::body_too_large()),
+            ))
         }
         Err(BodyError::Unreadable) => {
             return Err(refused(
-                "validation",
+                Outcome::Validation,
                 0,
                 ApiError::field("events", MSG_BODY_UNREADABLE),
             ))
@@ -309,10 +362,11 @@ pub async fn ingest(
     // simd-json parses in place; this takes over the buffer without a copy when
     // the body arrived as one uniquely owned chunk.
     let mut buf = Vec::from(bytes);
-    let batch = ingest::parse_batch(&mut buf).map_err(|e| refused("validation", 0, invalid(e)))?;
+    let batch =
+        ingest::parse_batch(&mut buf).map_err(|e| refused(Outcome::Validation, 0, invalid(e)))?;
     let events = batch.events.len();
     if !bool::from(batch.api_key.as_bytes().ct_eq(raw_key.as_bytes())) {
-        return Err(refused("auth", events, ApiError::InvalidApiKey));
+        return Err(refused(Outcome::Auth, events, ApiError::InvalidApiKey));
     }
 
     let user_agent = headers.get(header::USER_AGENT).map(|v| v.as_bytes());
@@ -325,7 +379,7 @@ pub async fn ingest(
 
 /// Counts a batch refused before it reached the store (`auth` or `validation`) and its
 /// events (0 when it was refused before parsing), and passes the error on.
-fn refused(reason: &'static str, events: usize, e: ApiError) -> ApiError {
+fn refused(reason: Outcome, events: usize, e: ApiError) -> ApiError {
     crate::telemetry::count(reason, events);
     e
 }

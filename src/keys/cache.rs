@@ -15,7 +15,7 @@
 //! * `lastUsedAt` is written at most once a minute per key by a background task.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use moka::sync::Cache;
@@ -38,6 +38,15 @@ const NEGATIVE_TTL: Duration = Duration::from_secs(30);
 const CAPACITY: u64 = 100_000;
 /// `lastUsedAt` granularity per key.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// `streamwatch_keycache_lookups_total` of hits and of misses, made once (a lookup is one
+/// per ingest request; see `telemetry::count`).
+static LOOKUPS: LazyLock<(metrics::Counter, metrics::Counter)> = LazyLock::new(|| {
+    (
+        metrics::counter!("streamwatch_keycache_lookups_total", "result" => "hit"),
+        metrics::counter!("streamwatch_keycache_lookups_total", "result" => "miss"),
+    )
+});
 
 /// Resolves bearer keys to their owners.
 #[derive(Clone)]
@@ -90,13 +99,11 @@ impl KeyCache {
         let hash = sha256_hex(raw_key);
         let owner = match self.lookup(&hash) {
             Some(found) => {
-                metrics::counter!("streamwatch_keycache_lookups_total", "result" => "hit")
-                    .increment(1);
+                LOOKUPS.0.increment(1);
                 found
             }
             None => {
-                metrics::counter!("streamwatch_keycache_lookups_total", "result" => "miss")
-                    .increment(1);
+                LOOKUPS.1.increment(1);
                 self.fill(hash).await?
             }
         };

@@ -19,7 +19,7 @@
 pub mod drain;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use analytics::live::{Key, LiveViews};
@@ -186,14 +186,14 @@ impl Intake {
             None => self.write_batch(owner, batch, agent).await,
         };
         match &stored {
-            Ok(()) => count("accepted", events),
+            Ok(()) => count(Outcome::Accepted, events),
             Err(refusal) => {
                 if matches!(refusal, Refusal::Timeout) && self.spool.is_none() {
                     if let Some(breaker) = &self.breaker {
                         breaker.suspect();
                     }
                 }
-                count("store", events);
+                count(Outcome::Store, events);
             }
         }
         stored
@@ -264,10 +264,52 @@ impl Intake {
     }
 }
 
-/// Counts a batch and its events by outcome: `accepted`, or why it was refused (`auth`,
-/// `validation`, `store`; 0 events when it was refused before parsing).
-pub fn count(outcome: &'static str, events: usize) {
-    metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => outcome).increment(1);
-    metrics::counter!("streamwatch_telemetry_events_total", "outcome" => outcome)
-        .increment(events as u64);
+/// What became of a batch: acknowledged, or why it was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stored (or spooled): 204.
+    Accepted,
+    /// A missing, unknown or revoked key, or a body `apiKey` that differs.
+    Auth,
+    /// A body that is not a valid batch.
+    Validation,
+    /// The store refused it or did not answer in time.
+    Store,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 4] = [
+        Outcome::Accepted,
+        Outcome::Auth,
+        Outcome::Validation,
+        Outcome::Store,
+    ];
+
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Auth => "auth",
+            Outcome::Validation => "validation",
+            Outcome::Store => "store",
+        }
+    }
+}
+
+/// Counts a batch and its events by outcome (0 events when it was refused before parsing).
+pub fn count(outcome: Outcome, events: usize) {
+    // The counters of every outcome, made once: building a labelled handle per batch (its
+    // key, hash and the recorder's lookup) is a cost per request. The recorder is the
+    // process's global one, so a handle stays valid for good (as `http::metrics`' handles).
+    static COUNTERS: LazyLock<[(metrics::Counter, metrics::Counter); 4]> = LazyLock::new(|| {
+        Outcome::ALL.map(|o| {
+            (
+                metrics::counter!("streamwatch_telemetry_batches_total", "outcome" => o.label()),
+                metrics::counter!("streamwatch_telemetry_events_total", "outcome" => o.label()),
+            )
+        })
+    });
+    let (batches, events_counter) = &COUNTERS[outcome as usize];
+    batches.increment(1);
+    events_counter.increment(events as u64);
 }

@@ -441,7 +441,10 @@ async fn preflight_is_answered_for_any_origin(app: TestApp) {
         .expect("ascii")
         .contains("POST"));
     assert!(h.get("access-control-allow-credentials").is_none());
-    // The answer itself (even a 401) is readable cross-origin.
+    // Browsers cache the preflight for a day; caches keep answers apart by what CORS reads.
+    assert_eq!(h["access-control-max-age"], "86400");
+    assert_eq!(h["vary"], CORS_VARY);
+    // The answer itself (even a 401) is readable cross-origin, with each header once.
     let r = app
         .http
         .post(app.url("/api/v1/telemetry"))
@@ -450,9 +453,27 @@ async fn preflight_is_answered_for_any_origin(app: TestApp) {
         .send()
         .await
         .expect("send");
-    assert_eq!(r.headers()["access-control-allow-origin"], "*");
+    let h = r.headers();
+    assert_eq!(h.get_all("access-control-allow-origin").iter().count(), 1);
+    assert_eq!(h["access-control-allow-origin"], "*");
+    assert_eq!(h.get_all("vary").iter().count(), 1);
+    assert_eq!(h["vary"], CORS_VARY);
+    assert!(h.get("access-control-allow-methods").is_none());
     assert_eq!(parts(r).await, invalid_key());
+    // Other methods are not the route's: no CORS headers on their 404.
+    let r = app
+        .http
+        .get(app.url("/api/v1/telemetry"))
+        .header("origin", "https://player.example.net")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
 }
+
+/// The ingest route's `Vary`: its answers depend on what a CORS request carries.
+const CORS_VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 
 async fn key_use_is_recorded(app: TestApp) {
     let (cookie, key, _) = account(&app, "dev@example.com").await;

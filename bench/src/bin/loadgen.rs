@@ -125,6 +125,11 @@ struct HttpArgs {
     /// Print a JSON summary line at the end.
     #[arg(long)]
     json: bool,
+    /// Also print, for each second of the run with a batch slower than this many ms, how
+    /// many were and the slowest (when in the run a tail happened, to line up with the
+    /// server's own metrics). The first line gives the run's start (Unix ms).
+    #[arg(long)]
+    slow_ms: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -403,6 +408,8 @@ fn put_session_id(out: &mut [u8], worker: usize, n: u64, salt: u64) {
 struct Stats {
     ok_batches: u64,
     latencies_us: Vec<u32>,
+    /// Second of the run → (batches slower than `--slow-ms`, slowest µs).
+    slow: std::collections::BTreeMap<u32, (u32, u32)>,
     errors: std::collections::BTreeMap<String, u64>,
 }
 
@@ -449,6 +456,7 @@ async fn http(a: HttpArgs) -> Result<()> {
     let start = Instant::now();
     let deadline = start + duration;
     let conns = a.connections;
+    let slow_us = a.slow_ms.map(|ms| ms.saturating_mul(1000));
     let mut tasks = Vec::with_capacity(conns);
     for w in 0..conns {
         let (addr, path, auth, host) = (addr.clone(), path.clone(), auth.clone(), host.clone());
@@ -532,6 +540,12 @@ async fn http(a: HttpArgs) -> Result<()> {
                             Ok(_) if status == 204 => {
                                 stats.ok_batches += 1;
                                 stats.latencies_us.push(us);
+                                if slow_us.is_some_and(|t| us > t) {
+                                    let second = (scheduled - start).as_secs() as u32;
+                                    let s = stats.slow.entry(second).or_default();
+                                    s.0 += 1;
+                                    s.1 = s.1.max(us);
+                                }
                             }
                             Ok(text) => stats.error(format!(
                                 "{status} {}",
@@ -560,6 +574,11 @@ async fn http(a: HttpArgs) -> Result<()> {
         let s = t.await.context("worker panicked")?;
         all.ok_batches += s.ok_batches;
         all.latencies_us.extend(s.latencies_us);
+        for (second, (n, max)) in s.slow {
+            let t = all.slow.entry(second).or_default();
+            t.0 += n;
+            t.1 = t.1.max(max);
+        }
         for (k, v) in s.errors {
             *all.errors.entry(k).or_default() += v;
         }
@@ -601,6 +620,15 @@ async fn http(a: HttpArgs) -> Result<()> {
     );
     for (k, v) in &all.errors {
         println!("  {v} × {k}");
+    }
+    if let Some(ms) = a.slow_ms {
+        println!("slower than {ms} ms, by second of the run (started at Unix ms {now_ms}):");
+        for (second, (n, max)) in &all.slow {
+            println!(
+                "  t={second:>3}s  {n:>5} batches, slowest {:.1} ms",
+                f64::from(*max) / 1000.0
+            );
+        }
     }
     if a.json {
         println!(

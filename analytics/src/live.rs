@@ -60,6 +60,16 @@ pub struct Key {
     pub session: Arc<str>,
 }
 
+impl From<&ingest::BatchRecord> for Key {
+    /// The view a stored batch belongs to (its parts shared, not copied).
+    fn from(record: &ingest::BatchRecord) -> Self {
+        Key {
+            owner: record.owner.clone(),
+            session: record.session_id.clone(),
+        }
+    }
+}
+
 /// What memory holds of a view it holds whole.
 #[derive(Debug, Default)]
 struct Whole {

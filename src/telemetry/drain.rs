@@ -234,10 +234,7 @@ fn decode(records: Vec<SpooledRecord>, live: bool) -> Peeked {
             }
         };
         if live {
-            let key = Key {
-                owner: batch.owner.clone(),
-                session: batch.session_id.clone(),
-            };
+            let key = Key::from(&batch);
             let events = rows
                 .iter()
                 .map(|r| Event::parse(r.ts_ms, r.event_type, &r.payload))

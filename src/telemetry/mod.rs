@@ -241,10 +241,7 @@ impl Intake {
         // request was cancelled while it was in flight (the client went away).
         // The record's parts are shared, not copied: memory reads them after the write.
         let pending = taken.zip(self.live.as_deref()).map(|(events, live)| {
-            let key = Key {
-                owner: record.owner.clone(),
-                session: record.session_id.clone(),
-            };
+            let key = Key::from(&record);
             (live.pending(key), events, record.clone())
         });
         // A dead or hung store answers within the deadline (decisions.md §11): the breaker
@@ -309,7 +306,22 @@ pub fn count(outcome: Outcome, events: usize) {
             )
         })
     });
+    // `ALL` is in declaration order, so an outcome's discriminant is its index there.
     let (batches, events_counter) = &COUNTERS[outcome as usize];
     batches.increment(1);
     events_counter.increment(events as u64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+
+    #[test]
+    fn every_outcome_indexes_its_own_counters() {
+        for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, i, "{}", outcome.label());
+        }
+        let labels = Outcome::ALL.map(Outcome::label);
+        assert_eq!(labels, ["accepted", "auth", "validation", "store"]);
+    }
 }

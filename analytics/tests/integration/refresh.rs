@@ -85,10 +85,7 @@ async fn write(e: &Engine, rows: Vec<EventRow>, records: Vec<BatchRecord>) {
 /// What the ingest route gives the live views for `record`'s batch: its key, the events
 /// of its session among `rows`, the record itself (its dimensions).
 fn taken(record: &BatchRecord, rows: &[EventRow]) -> (Key, Vec<Event>, BatchRecord) {
-    let key = Key {
-        owner: record.owner.clone(),
-        session: record.session_id.clone(),
-    };
+    let key = Key::from(record);
     let events = rows
         .iter()
         .filter(|r| r.session_id == record.session_id)

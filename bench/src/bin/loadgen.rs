@@ -417,6 +417,13 @@ impl Stats {
     fn error(&mut self, e: String) {
         *self.errors.entry(e).or_default() += 1;
     }
+
+    /// Counts `n` batches slower than `--slow-ms` in `second` of the run, the slowest `us`.
+    fn slow(&mut self, second: u32, n: u32, us: u32) {
+        let s = self.slow.entry(second).or_default();
+        s.0 += n;
+        s.1 = s.1.max(us);
+    }
 }
 
 async fn http(a: HttpArgs) -> Result<()> {
@@ -541,10 +548,7 @@ async fn http(a: HttpArgs) -> Result<()> {
                                 stats.ok_batches += 1;
                                 stats.latencies_us.push(us);
                                 if slow_us.is_some_and(|t| us > t) {
-                                    let second = (scheduled - start).as_secs() as u32;
-                                    let s = stats.slow.entry(second).or_default();
-                                    s.0 += 1;
-                                    s.1 = s.1.max(us);
+                                    stats.slow((scheduled - start).as_secs() as u32, 1, us);
                                 }
                             }
                             Ok(text) => stats.error(format!(
@@ -575,9 +579,7 @@ async fn http(a: HttpArgs) -> Result<()> {
         all.ok_batches += s.ok_batches;
         all.latencies_us.extend(s.latencies_us);
         for (second, (n, max)) in s.slow {
-            let t = all.slow.entry(second).or_default();
-            t.0 += n;
-            t.1 = t.1.max(max);
+            all.slow(second, n, max);
         }
         for (k, v) in s.errors {
             *all.errors.entry(k).or_default() += v;

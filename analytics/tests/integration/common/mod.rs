@@ -196,10 +196,7 @@ pub fn taken(
     b: &analytics::fleet::GenBatch,
     record: &ingest::BatchRecord,
 ) -> (Key, Vec<Event>, ingest::BatchRecord) {
-    let key = Key {
-        owner: record.owner.clone(),
-        session: record.session_id.clone(),
-    };
+    let key = Key::from(record);
     let events = b.events.iter().map(Event::from_stored).collect();
     (key, events, record.clone())
 }

@@ -4,6 +4,12 @@
 //! derived again, nothing else; the views are upserted in short transactions on the sink's
 //! single writer, a stored row derived from more data (a higher `version`) staying.
 //!
+//! **Records by session.** Ingest only appends to `view_batches`; the step copies the
+//! records above the watermark into `view_batches_by_session` (in key order, before it moves
+//! the watermark), so a session's records are found there up to the step's top id, and
+//! above it in `view_batches`' short id range ([`records_of`]; the migration
+//! `0003_records_by_session` says why).
+//!
 //! **With live views** (the server): a view the live views hold whole ([`crate::live`]) is
 //! written from memory; the others are derived from all their events, read on the read
 //! pool and streamed one session at a time. The store's one writer is this process, so
@@ -51,8 +57,43 @@ const UPSERT_VIEW: &str = "INSERT OR REPLACE INTO qoe_views (owner, session_id, 
 /// Views upserted per write transaction.
 const UPSERT_BATCH: usize = 256;
 
-/// Sessions in one read (each a bound parameter).
+/// Sessions in one read (each a bound parameter, twice: [`records_of`]).
 const MAX_SESSIONS: usize = 10_000;
+
+/// Record ids copied into `view_batches_by_session` per write transaction: ingest shares
+/// the store's single writer, so each is kept short.
+const COPY_IDS: i64 = 2048;
+
+/// The copy of the records with ids in `(?1, ?2]` into `view_batches_by_session`, sorted by
+/// its key so that each page it touches is written once. `OR IGNORE`: a step that copied and
+/// then failed before moving the watermark copies the same ids again.
+const COPY_BY_SESSION: &str = "INSERT OR IGNORE INTO view_batches_by_session \
+    (owner, session_id, id) SELECT owner, session_id, id FROM view_batches \
+    WHERE id > ?1 AND id <= ?2 ORDER BY owner, session_id, id";
+
+/// Appends a subquery of the records (`session_id`, `id`) of `owner`'s `sessions`: those
+/// copied by session (ids up to `copied`), and those above `copied` from `view_batches`' id
+/// range, which holds what committed since the step read its top id.
+fn records_of<'a>(
+    sql: &mut Sql,
+    owner: &str,
+    sessions: impl IntoIterator<Item = &'a str> + Clone,
+    copied: i64,
+) {
+    sql.push("(SELECT session_id, id FROM view_batches_by_session WHERE owner = ")
+        .str(owner)
+        .push(" AND session_id IN ")
+        .list(sessions.clone())
+        .push(" AND id <= ")
+        .int(copied)
+        .push(" UNION ALL SELECT session_id, id FROM view_batches WHERE id > ")
+        .int(copied)
+        .push(" AND owner = ")
+        .str(owner)
+        .push(" AND session_id IN ")
+        .list(sessions)
+        .push(")");
+}
 
 /// Upserts derived views and their tags; a stored row with a higher version (derived
 /// from more data) stays.
@@ -162,6 +203,9 @@ impl SqliteRefresh {
             .and_then(|r| r.try_get(0))
             .map_err(map_err)?;
         let mut stats = RefreshStats::default();
+        // Every record at or below `copied` is in view_batches_by_session from here on.
+        self.copy_by_session(watermark, top).await?;
+        let copied = top.max(watermark);
         // Owner → sessions derived from their stored events.
         let mut read_back: BTreeMap<String, Vec<String>> = BTreeMap::new();
         if top > watermark {
@@ -193,7 +237,7 @@ impl SqliteRefresh {
             }
         }
         if let Some(l) = live {
-            let missed = self.write_live(l, &snapshot, &mut stats).await?;
+            let missed = self.write_live(l, &snapshot, copied, &mut stats).await?;
             for k in snapshot.broken.iter().chain(&missed) {
                 read_back
                     .entry(k.owner.to_string())
@@ -206,7 +250,7 @@ impl SqliteRefresh {
             sessions.sort_unstable();
             sessions.dedup();
             for chunk in sessions.chunks(cfg.chunk.clamp(1, MAX_SESSIONS)) {
-                self.refresh_chunk(owner, chunk, &mut stats).await?;
+                self.refresh_chunk(owner, chunk, copied, &mut stats).await?;
             }
         }
         if top > watermark {
@@ -229,6 +273,25 @@ impl SqliteRefresh {
         Ok(stats)
     }
 
+    /// Copies the records with ids in `(from, to]` into `view_batches_by_session`, in
+    /// transactions of [`COPY_IDS`] ids.
+    async fn copy_by_session(&self, from: i64, to: i64) -> Result<(), AnalyticsError> {
+        let mut low = from;
+        while low < to {
+            let high = to.min(low.saturating_add(COPY_IDS));
+            self.store
+                .sink
+                .write_transaction(move |tx| {
+                    tx.prepare_cached(COPY_BY_SESSION)?
+                        .execute(rusqlite::params![low, high])
+                        .map(|_| ())
+                })
+                .await?;
+            low = high;
+        }
+        Ok(())
+    }
+
     /// Writes the snapshot's views from memory as it holds them now: those checked before,
     /// and those whose record count in the store equals memory's (module doc), which are
     /// checked from then on. Returns the views to read back: those memory stopped holding
@@ -237,6 +300,7 @@ impl SqliteRefresh {
         &self,
         live: &LiveViews,
         snapshot: &Snapshot,
+        copied: i64,
         stats: &mut RefreshStats,
     ) -> Result<Vec<Key>, AnalyticsError> {
         let mut read_back = Vec::new();
@@ -257,7 +321,7 @@ impl SqliteRefresh {
                 .collect();
             let mut counts = HashMap::with_capacity(unchecked.len());
             for chunk in unchecked.chunks(MAX_SESSIONS) {
-                counts.extend(self.record_counts(owner, chunk).await?);
+                counts.extend(self.record_counts(owner, chunk, copied).await?);
             }
             let (mut checked, mut failed) = (Vec::new(), Vec::new());
             let mut derived = Vec::with_capacity(views.len());
@@ -286,12 +350,11 @@ impl SqliteRefresh {
         &self,
         owner: &str,
         sessions: &[&str],
+        copied: i64,
     ) -> Result<HashMap<String, u64>, AnalyticsError> {
-        let mut sql = Sql::new("SELECT session_id, COUNT(*) FROM view_batches WHERE owner = ");
-        sql.str(owner)
-            .push(" AND session_id IN ")
-            .list(sessions.iter().copied())
-            .push(" GROUP BY session_id");
+        let mut sql = Sql::new("SELECT session_id, COUNT(*) FROM ");
+        records_of(&mut sql, owner, sessions.iter().copied(), copied);
+        sql.push(" GROUP BY session_id");
         self.store
             .fetch(&sql)
             .await?
@@ -333,13 +396,12 @@ impl SqliteRefresh {
         &self,
         owner: &str,
         sessions: &[String],
+        copied: i64,
         stats: &mut RefreshStats,
     ) -> Result<(), AnalyticsError> {
-        let mut sql =
-            Sql::new("SELECT session_id, first_ts, id, dims FROM view_batches WHERE owner = ");
-        sql.str(owner)
-            .push(" AND session_id IN ")
-            .list(sessions.iter().map(String::as_str));
+        let mut sql = Sql::new("SELECT r.session_id, b.first_ts, b.id, b.dims FROM ");
+        records_of(&mut sql, owner, sessions.iter().map(String::as_str), copied);
+        sql.push(" r JOIN view_batches b ON b.id = r.id");
         let mut records: HashMap<String, Vec<BatchDims>> = HashMap::new();
         for r in self.store.fetch(&sql).await? {
             let session: String = r.try_get(0).map_err(map_err)?;

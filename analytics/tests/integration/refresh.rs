@@ -879,6 +879,103 @@ async fn a_restarted_process_reads_back_the_views_it_saw_only_part_of() {
     .await;
 }
 
+/// SQLite: ingest only appends the records; each step copies those above its watermark into
+/// `view_batches_by_session`, where the step's reads of a session find them, once each, also
+/// when a step copied and failed before moving the watermark (a restart copies them again).
+#[tokio::test]
+async fn sqlite_each_record_is_copied_by_session_once() {
+    let e = common::sqlite().await;
+    let db = rusqlite::Connection::open(e.dir.as_ref().expect("sqlite").path().join("telemetry.db"))
+        .expect("open");
+    let copied = |db: &rusqlite::Connection| -> Vec<(String, i64)> {
+        db.prepare("SELECT session_id, id FROM view_batches_by_session ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    batch(&e, "s2", vec![start("s2", 0)], "sdk").await;
+    // Not copied before a step: ingest writes no page of it.
+    assert_eq!(copied(&db), []);
+    let mut r = e.refresher();
+    r.step().await.expect("step");
+    assert_eq!(copied(&db), [("s1".to_owned(), 1), ("s2".to_owned(), 2)]);
+
+    // s1 again: its second record is copied by the next step, and the view is derived from
+    // both (read back: this engine has no live views).
+    batch(&e, "s1", vec![end("s1", 3_000)], "sdk").await;
+    r.step().await.expect("step");
+    assert_eq!(copied(&db).len(), 3);
+    let records: i64 = db
+        .query_row(
+            "SELECT batch_rows FROM qoe_views WHERE session_id = 's1'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("s1's view");
+    assert_eq!(records, 2);
+    assert_eq!(
+        view_of(&views_json(&e).await, "s1")["endedAt"],
+        "2024-05-01T00:00:03.000Z"
+    );
+
+    // A step that copied but did not move the watermark: a restart copies again, once.
+    db.execute("UPDATE qoe_refresh_state SET value = 0 WHERE name = 'views'", [])
+        .expect("watermark back to 0");
+    let before = views_json(&e).await;
+    let mut restarted = e.refresher();
+    let stats = restarted.step().await.expect("step");
+    assert_eq!(stats.derived, 2, "{stats:?}");
+    assert_eq!(copied(&db).len(), 3);
+    assert_eq!(views_json(&e).await, before);
+    e.finish().await;
+}
+
+/// SQLite: a file from before `0003_records_by_session` (its records indexed by session on
+/// ingest, none copied) gets every record copied and loses the index when it is opened, and
+/// its views derive from all their records.
+#[tokio::test]
+async fn sqlite_a_file_from_before_records_by_session_is_upgraded() {
+    let e = common::sqlite().await;
+    let dir = e.dir.as_ref().expect("sqlite").path().to_owned();
+    batch(&e, "s1", vec![start("s1", 0)], "sdk").await;
+    batch(&e, "s1", vec![end("s1", 3_000)], "sdk").await;
+    batch(&e, "s2", vec![start("s2", 0)], "sdk").await;
+    // As the file was before the migration (the first sink stays open, idle).
+    let db = rusqlite::Connection::open(dir.join("telemetry.db")).expect("open");
+    db.execute_batch(
+        "DROP TABLE view_batches_by_session; \
+         CREATE INDEX view_batches_session ON view_batches (owner, session_id); \
+         DELETE FROM telemetry_migrations WHERE version = 3;",
+    )
+    .expect("as before 0003");
+    let sink = ingest::SqliteSink::open_in_dir(&dir).await.expect("upgrades");
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    assert_eq!(count("SELECT COUNT(*) FROM view_batches_by_session"), 3);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM sqlite_master WHERE name = 'view_batches_session'"),
+        0
+    );
+    let upgraded = common::Engine {
+        name: "sqlite, upgraded",
+        store: analytics::Store::sqlite(sink.clone()),
+        sink: Arc::new(sink),
+        database: None,
+        dir: None,
+        live: None,
+    };
+    let stats = upgraded.refresh().await;
+    assert_eq!(stats.derived, 2, "{stats:?}");
+    assert_eq!(
+        count("SELECT batch_rows FROM qoe_views WHERE session_id = 's1'"),
+        2
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM view_batches_by_session"), 3);
+    e.finish().await;
+}
+
 /// SQLite: a record of a view memory holds that memory never took (stored by this process
 /// before memory's first batch, or stored while the route was being answered) makes the
 /// counts differ: the view is read back, and is exact.

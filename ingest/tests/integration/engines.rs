@@ -250,7 +250,7 @@ async fn sqlite_uses_wal_and_full_sync_and_persists_across_reopen() {
         .fetch_one(sink.pool())
         .await
         .expect("count");
-    assert_eq!(migrations, 2);
+    assert_eq!(migrations, 3);
 }
 
 /// Committed rows reach the database file without any write paying for it: the

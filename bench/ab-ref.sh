@@ -73,11 +73,7 @@ start() {
         "$bin" serve >"$SERVER_DIR/server.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 300); do curl -s -o /dev/null "$BASE/" && break; sleep 0.1; done
-    curl -sf -c "$SERVER_DIR/jar" -H 'content-type: application/json' \
-        -d "{\"name\":\"bench\",\"email\":\"bench-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
-        "$BASE/api/auth/sign-up/email" >/dev/null
-    API_KEY="$(curl -sf -b "$SERVER_DIR/jar" -H 'content-type: application/json' -H "origin: $BASE" \
-        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+    API_KEY="$(new_api_key "$SERVER_DIR/jar")"
 }
 
 # One run: side $1 (old/new), binary $2, engine $3, shape $4. Prints a line; sets EPS.

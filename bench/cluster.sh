@@ -53,11 +53,7 @@ run() {
         "$SERVER" serve >"$SERVER_DIR/server.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 600); do curl -sf -o /dev/null "$BASE/readyz" && break; sleep 0.2; done
-    curl -sf -c "$SERVER_DIR/jar" -H 'content-type: application/json' \
-        -d '{"name":"bench","email":"bench@example.com","password":"bench-password-1"}' \
-        "$BASE/api/auth/sign-up/email" >/dev/null
-    API_KEY="$(curl -sf -b "$SERVER_DIR/jar" -H 'content-type: application/json' -H "origin: $BASE" \
-        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+    API_KEY="$(new_api_key "$SERVER_DIR/jar")"
     local s0 c0 z0 s1 c1 z1 out
     s0="$(cpu_of "$SERVER_PID")"; c0="$(ch_cpu "$side")"; z0="$(zk_cpu "$side")"
     out="$("$QOE" http --url "$BASE" --key "$API_KEY" --connections "${CONNECTIONS:-1024}" \

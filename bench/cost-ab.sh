@@ -24,7 +24,7 @@ PORT="${PORT:-18091}"; BASE="http://127.0.0.1:$PORT"
 SERVER_PID=""
 trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; true' EXIT
 
-# Starts server $1 on a fresh SQLite data dir, then an account and an API key.
+# Starts server $1 on a fresh SQLite data dir, then an account and an API key (API_KEY).
 start() {
     SERVER_DIR="$(mktemp -d /tmp/cost-ab.XXXXXX)"
     env -u DATABASE_URL -u CLICKHOUSE_URL -u STREAMWATCH_QOE_REFRESH \
@@ -33,11 +33,7 @@ start() {
         "$1" serve >"$SERVER_DIR/server.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 300); do curl -s -o /dev/null "$BASE/" && break; sleep 0.1; done
-    curl -sf -c "$SERVER_DIR/jar" -H 'content-type: application/json' \
-        -d "{\"name\":\"bench\",\"email\":\"bench-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
-        "$BASE/api/auth/sign-up/email" >/dev/null
-    API_KEY="$(curl -sf -b "$SERVER_DIR/jar" -H 'content-type: application/json' -H "origin: $BASE" \
-        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+    API_KEY="$(new_api_key "$SERVER_DIR/jar")"
 }
 
 written() { awk '/^write_bytes/ { print $2 }' "/proc/$SERVER_PID/io"; }

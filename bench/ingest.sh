@@ -30,6 +30,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 DURATION="${1:-20}"
 CONNECTIONS="${CONNECTIONS:-256}"
 BATCH="${BATCH:-50}"
@@ -105,14 +106,6 @@ start_server() { # $1 = sink
     exit 1
 }
 
-mint_key() {
-    local jar="$OUT/cookies" email="bench-$$-$RANDOM@example.com"
-    curl -sf -c "$jar" -H 'content-type: application/json' \
-        -d "{\"name\":\"bench\",\"email\":\"$email\",\"password\":\"bench-password-1\"}" \
-        "$BASE/api/auth/sign-up/email" >/dev/null
-    curl -sf -b "$jar" -H 'content-type: application/json' -H "origin: $BASE" \
-        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])"
-}
 
 # Largest VmRSS seen, sampled every 0.2 s into $1 (kB).
 watch_rss() {
@@ -129,7 +122,7 @@ echo "load: $(cut -d' ' -f1-3 /proc/loadavg) before the run; results in $OUT"
 for sink in $SINKS; do
     echo "=== sink: $sink ==="
     start_server "$sink"
-    KEY="$(mint_key)"
+    KEY="$(new_api_key "$OUT/cookies")"
     echo 0 >"$OUT/$sink/rss"
     watch_rss "$OUT/$sink/rss" & RSS_PID=$!
     s0="$(cpu_of "$SERVER_PID")"; c0="$(cpu_of "$CH_PID")"; a0="$(cpu_all)"

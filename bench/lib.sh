@@ -34,11 +34,17 @@ start_server() {
         "$1" serve >"$SERVER_DIR/server.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 150); do curl -s -o /dev/null "$BASE/" && break; sleep 0.1; done
-    curl -sf -c "$SERVER_DIR/jar" -H 'content-type: application/json' \
-        -d "{\"name\":\"bench\",\"email\":\"bench-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
+    API_KEY="$(new_api_key "$SERVER_DIR/jar")"
+}
+
+# Signs up a new account on the server at $BASE (its session cookie in the jar file $1) and
+# prints an API key of it.
+new_api_key() {
+    curl -sf -c "$1" -H 'content-type: application/json' \
+        -d "{\"name\":\"bench\",\"email\":\"bench-$$-$RANDOM@example.com\",\"password\":\"bench-password-1\"}" \
         "$BASE/api/auth/sign-up/email" >/dev/null
-    API_KEY="$(curl -sf -b "$SERVER_DIR/jar" -H 'content-type: application/json' -H "origin: $BASE" \
-        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])")"
+    curl -sf -b "$1" -H 'content-type: application/json' -H "origin: $BASE" \
+        -d '{"label":"bench"}' "$BASE/api/v1/keys" | python3 -c "import json,sys; print(json.load(sys.stdin)['rawKey'])"
 }
 
 stop_server() {

@@ -885,8 +885,9 @@ async fn a_restarted_process_reads_back_the_views_it_saw_only_part_of() {
 #[tokio::test]
 async fn sqlite_each_record_is_copied_by_session_once() {
     let e = common::sqlite().await;
-    let db = rusqlite::Connection::open(e.dir.as_ref().expect("sqlite").path().join("telemetry.db"))
-        .expect("open");
+    let db =
+        rusqlite::Connection::open(e.dir.as_ref().expect("sqlite").path().join("telemetry.db"))
+            .expect("open");
     let copied = |db: &rusqlite::Connection| -> Vec<(String, i64)> {
         db.prepare("SELECT session_id, id FROM view_batches_by_session ORDER BY id")
             .expect("prepare")
@@ -922,8 +923,11 @@ async fn sqlite_each_record_is_copied_by_session_once() {
     );
 
     // A step that copied but did not move the watermark: a restart copies again, once.
-    db.execute("UPDATE qoe_refresh_state SET value = 0 WHERE name = 'views'", [])
-        .expect("watermark back to 0");
+    db.execute(
+        "UPDATE qoe_refresh_state SET value = 0 WHERE name = 'views'",
+        [],
+    )
+    .expect("watermark back to 0");
     let before = views_json(&e).await;
     let mut restarted = e.refresher();
     let stats = restarted.step().await.expect("step");
@@ -951,7 +955,9 @@ async fn sqlite_a_file_from_before_records_by_session_is_upgraded() {
          DELETE FROM telemetry_migrations WHERE version = 3;",
     )
     .expect("as before 0003");
-    let sink = ingest::SqliteSink::open_in_dir(&dir).await.expect("upgrades");
+    let sink = ingest::SqliteSink::open_in_dir(&dir)
+        .await
+        .expect("upgrades");
     let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).expect(sql) };
     assert_eq!(count("SELECT COUNT(*) FROM view_batches_by_session"), 3);
     assert_eq!(

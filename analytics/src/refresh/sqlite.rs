@@ -95,17 +95,39 @@ fn records_of<'a>(
         .push(")");
 }
 
+/// The update in place of a stored view: the same key (`started_at` unchanged, as it is
+/// for every view whose batches came in order) and a version not above this one. The
+/// parameters are [`UPSERT_VIEW`]'s. It writes the table's leaf page only, where the
+/// replace deletes and inserts the row and its entry in `qoe_views_session`.
+const UPDATE_VIEW: &str = "UPDATE qoe_views SET ended_at = ?4, started = ?5, \
+    first_frame_at = ?6, startup_ms = ?7, failed = ?8, failed_at = ?9, startup_failure = ?10, \
+    exit_before_start = ?11, rebuffer_count = ?12, rebuffer_ms = ?13, paused_ms = ?14, \
+    watch_time_ms = ?15, bitrate_weighted_sum = ?16, bitrate_covered_ms = ?17, \
+    rendition_switches = ?18, upshifts = ?19, downshifts = ?20, error_count = ?21, \
+    fatal_error_code = ?22, content_id = ?23, src = ?24, sdk = ?25, player = ?26, \
+    browser = ?27, os = ?28, device_type = ?29, batch_rows = ?30, event_rows = ?31, \
+    version = ?32, derived_at = ?33 \
+    WHERE owner = ?1 AND started_at = ?3 AND session_id = ?2 AND version <= ?32";
+
 /// Upserts derived views and their tags; a stored row with a higher version (derived
-/// from more data) stays.
+/// from more data) stays. A view already stored under the same key is updated in place,
+/// and its tags are rewritten only when they changed (a view's tags rarely do): at each
+/// step the refresher rewrites every playing view, and this writes a page or two less
+/// for each than a replace (docs/benchmarks.md, "The refresher's view writes").
 fn upsert_views(
     tx: &rusqlite::Transaction<'_>,
     owner: &str,
     derived: &[(View, u64, u64)],
     now_ms: i64,
 ) -> rusqlite::Result<()> {
+    let mut update = tx.prepare_cached(UPDATE_VIEW)?;
     let mut stored =
         tx.prepare_cached("SELECT version FROM qoe_views WHERE owner = ?1 AND session_id = ?2")?;
     let mut upsert = tx.prepare_cached(UPSERT_VIEW)?;
+    let mut stored_tags = tx.prepare_cached(
+        "SELECT name, value FROM qoe_view_tags WHERE owner = ?1 AND session_id = ?2 \
+         ORDER BY name",
+    )?;
     let mut clear_tags =
         tx.prepare_cached("DELETE FROM qoe_view_tags WHERE owner = ?1 AND session_id = ?2")?;
     let mut add_tag = tx.prepare_cached(
@@ -113,18 +135,8 @@ fn upsert_views(
     )?;
     for (v, batch_rows, event_rows) in derived {
         let version = view_version(*batch_rows, *event_rows) as i64;
-        let current: Option<i64> = stored
-            .query_row(rusqlite::params![owner, v.session_id], |r| r.get(0))
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })?;
-        if current.is_some_and(|c| c > version) {
-            continue;
-        }
         let d = &v.dims;
-        upsert.execute(rusqlite::params![
+        let values = rusqlite::params![
             owner,
             v.session_id,
             v.started_at,
@@ -158,13 +170,55 @@ fn upsert_views(
             *event_rows as i64,
             version,
             now_ms,
-        ])?;
-        clear_tags.execute(rusqlite::params![owner, v.session_id])?;
+        ];
+        let session = rusqlite::params![owner, v.session_id];
+        if update.execute(values)? == 1 {
+            if same_tags(stored_tags.query(session)?, &d.tags)? {
+                continue;
+            }
+        } else {
+            // No row under this key: a new view, one whose `started_at` moved (an earlier
+            // batch came late), or a higher version stored.
+            let current: Option<i64> =
+                stored
+                    .query_row(session, |r| r.get(0))
+                    .map(Some)
+                    .or_else(|e| match e {
+                        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                        e => Err(e),
+                    })?;
+            if current.is_some_and(|c| c > version) {
+                continue;
+            }
+            upsert.execute(values)?;
+        }
+        clear_tags.execute(session)?;
         for (name, value) in &d.tags {
             add_tag.execute(rusqlite::params![owner, v.session_id, name, value])?;
         }
     }
     Ok(())
+}
+
+/// Whether the stored tags (`name, value` rows by name) are exactly `tags`.
+fn same_tags(
+    mut stored: rusqlite::Rows<'_>,
+    tags: &BTreeMap<String, String>,
+) -> rusqlite::Result<bool> {
+    let mut want = tags.iter();
+    loop {
+        match (stored.next()?, want.next()) {
+            (None, None) => return Ok(true),
+            (Some(row), Some((name, value))) => {
+                let same = row.get_ref(0)?.as_str().ok() == Some(name.as_str())
+                    && row.get_ref(1)?.as_str().ok() == Some(value.as_str());
+                if !same {
+                    return Ok(false);
+                }
+            }
+            _ => return Ok(false),
+        }
+    }
 }
 
 impl SqliteRefresh {
@@ -380,6 +434,14 @@ impl SqliteRefresh {
     ) -> Result<(), AnalyticsError> {
         stats.derived += derived.len();
         stats.events += derived.iter().map(|d| d.2 as usize).sum::<usize>();
+        // In the table's order (owner, started_at DESC, session_id): each transaction then
+        // writes a contiguous run of its leaf pages, several views to a page, where views
+        // in any order cost about a page each (docs/benchmarks.md).
+        derived.sort_unstable_by(|(a, ..), (b, ..)| {
+            b.started_at
+                .cmp(&a.started_at)
+                .then_with(|| a.session_id.cmp(&b.session_id))
+        });
         let now = now_ms();
         while !derived.is_empty() {
             let part = derived.split_off(derived.len().saturating_sub(UPSERT_BATCH));

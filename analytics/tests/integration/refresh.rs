@@ -264,6 +264,90 @@ async fn the_first_batch_by_event_time_sets_the_dimensions() {
     .await;
 }
 
+/// A batch of `session` whose context carries `tags`.
+async fn tagged_batch(e: &Engine, session: &str, rows: Vec<EventRow>, tags: &[(&str, &str)]) {
+    let mut r = record(session, &rows, "sdk");
+    r.context = Arc::new(Context {
+        tags: tags
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..(*r.context).clone()
+    });
+    write(e, rows, vec![r]).await;
+}
+
+/// Sessions of the views whose tag `name` is `value`, sorted.
+async fn tagged(e: &Engine, name: &str, value: &str) -> Vec<String> {
+    let mut q = everything();
+    q.filters.clauses.insert(
+        analytics::query::Dimension::Tag(name.to_owned()),
+        analytics::query::Clause {
+            include: vec![value.to_owned()],
+            exclude: vec![],
+        },
+    );
+    let body = e
+        .store
+        .views(OWNER, &q, &StreamIds::new())
+        .await
+        .expect("views");
+    let v = serde_json::to_value(&body).expect("json");
+    let mut ids: Vec<String> = v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["sessionId"].as_str().expect("sessionId").to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A view written again at each step (on SQLite, updated in place once stored) carries
+/// exactly the tags of its batches: a tag first seen in a later batch is added, a later
+/// value of a known tag does not replace the first, and a step without new tags leaves them
+/// as they were.
+#[tokio::test]
+async fn a_view_written_again_keeps_exactly_its_tags() {
+    for_both(|e| async move {
+        let mut r = e.refresher();
+        tagged_batch(&e, "s1", vec![start("s1", 1_000)], &[("plan", "free")]).await;
+        tagged_batch(&e, "s2", vec![start("s2", 1_000)], &[("plan", "pro")]).await;
+        r.step().await.expect("step");
+        assert_eq!(tagged(&e, "plan", "free").await, ["s1"], "{}", e.name);
+        assert_eq!(tagged(&e, "region", "eu").await, Vec::<String>::new());
+        tagged_batch(
+            &e,
+            "s1",
+            vec![row("s1", 5_000, EventType::PlaybackPause, "{}")],
+            &[("plan", "pro"), ("region", "eu")],
+        )
+        .await;
+        let stats = r.step().await.expect("step");
+        assert_eq!(stats.derived, 1, "{} {stats:?}", e.name);
+        assert_eq!(tagged(&e, "plan", "free").await, ["s1"], "{}", e.name);
+        assert_eq!(tagged(&e, "plan", "pro").await, ["s2"], "{}", e.name);
+        assert_eq!(tagged(&e, "region", "eu").await, ["s1"], "{}", e.name);
+        let v = view_of(&views_json(&e).await, "s1");
+        assert_eq!(
+            v["tags"],
+            serde_json::json!({"plan": "free", "region": "eu"})
+        );
+        assert_eq!(v["endedAt"], "2024-05-01T00:00:05.000Z", "{}", e.name);
+        // No tags in the batch: the view changes, its tags do not.
+        batch(&e, "s1", vec![end("s1", 9_000)], "sdk").await;
+        r.step().await.expect("step");
+        let v = view_of(&views_json(&e).await, "s1");
+        assert_eq!(
+            v["tags"],
+            serde_json::json!({"plan": "free", "region": "eu"})
+        );
+        assert_eq!(v["endedAt"], "2024-05-01T00:00:09.000Z", "{}", e.name);
+        assert_eq!(tagged(&e, "region", "eu").await, ["s1"], "{}", e.name);
+    })
+    .await;
+}
+
 /// ClickHouse: `row` stored, then its batch record stamped `secs_ago` seconds in the past,
 /// as if its insert had still been in flight when the last step ran.
 async fn late_batch(e: &Engine, session: &str, row: EventRow, seq: u64, secs_ago: i64) {

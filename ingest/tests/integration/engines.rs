@@ -512,3 +512,58 @@ async fn sqlite_upgrades_a_file_from_before_checksums_then_refuses_a_changed_fil
         Ok(_) => panic!("expected a refusal"),
     }
 }
+
+/// The refresher's transactions let ingest writes go first, but only for a while: with ingest
+/// writing without a pause, a transaction still runs, and both its rows and every
+/// acknowledged ingest write are stored.
+#[tokio::test]
+async fn sqlite_a_write_transaction_is_not_starved_by_ingest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SqliteSink::open_in_dir(dir.path()).await.expect("open");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (sink, stop) = (sink.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut written = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    sink.write(session_rows("u1", &format!("w{w}-{written}"), 0, 20).into())
+                        .await
+                        .expect("write");
+                    written += 1;
+                }
+                written
+            })
+        })
+        .collect();
+    for n in 0..20 {
+        let stored = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            sink.write_transaction(move |tx| {
+                tx.execute(
+                    "INSERT INTO qoe_refresh_state (name, value) VALUES ('probe', ?1) \
+                     ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    [n],
+                )
+            }),
+        )
+        .await
+        .expect("a write transaction ran while ingest wrote without a pause")
+        .expect("write transaction");
+        assert_eq!(stored, 1);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut sessions = 0;
+    for w in writers {
+        sessions += w.await.expect("writer");
+    }
+    assert!(sessions > 0);
+    assert_eq!(
+        Store::sqlite(sink.clone())
+            .sessions("u1", 100_000)
+            .await
+            .expect("sessions")
+            .len(),
+        sessions
+    );
+}

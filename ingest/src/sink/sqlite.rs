@@ -228,7 +228,8 @@ impl SqliteSink {
     /// [`YIELD_TO_INGEST`]): a refresher step's transactions, taken one after the other
     /// while ingest also needs most of the writer, queued acknowledgements behind each
     /// other for the whole step, and put p99 at half the peak rate at 32–40 ms where it is
-    /// 5–7 ms with the refresher off (docs/benchmarks.md, "The refresher yields the writer").
+    /// 5–7 ms with the refresher off (docs/benchmarks.md, "SQLite's p99 at half rate: the
+    /// refresher's step, and the writer it yields").
     pub async fn write_transaction<T, F>(&self, f: F) -> Result<T, SinkError>
     where
         T: Send + 'static,

@@ -121,6 +121,13 @@ pub struct SqliteSink {
     /// Ingest writes waiting for the write connection or running on it: the refresher's
     /// transactions let them go first ([`SqliteSink::write_transaction`]).
     ingesting: Arc<AtomicUsize>,
+    /// The write connection's `synchronous` level for ingest commits.
+    durability: Durability,
+    /// Set while a refresher transaction has lowered the write connection's `synchronous`
+    /// level ([`SqliteSink::write_transaction`]), read and written only under the writer's
+    /// lock. A panic or a failed reset leaves it set, and the next write sets the level
+    /// back before anything else: an ingest commit never runs below `durability`.
+    synchronous_lowered: Arc<AtomicBool>,
 }
 
 /// How long one of the refresher's transactions waits for ingest writes to leave the write
@@ -211,6 +218,8 @@ impl SqliteSink {
             readers,
             dims: Arc::default(),
             ingesting: Arc::default(),
+            durability: opts.durability,
+            synchronous_lowered: Arc::default(),
         })
     }
 
@@ -222,7 +231,8 @@ impl SqliteSink {
     /// Runs `f` in one `BEGIN IMMEDIATE … COMMIT` transaction on the write connection
     /// (the store's single writer, shared with ingest), on tokio's blocking pool:
     /// committed when `f` returns `Ok`, rolled back otherwise. For the analytics
-    /// refresher's writes; keep `f` short, ingest writes wait for it.
+    /// refresher's writes, which are derived from what ingest stored; keep `f` short,
+    /// ingest writes wait for it.
     ///
     /// It first lets the ingest writes waiting or running go (for up to
     /// [`YIELD_TO_INGEST`]): a refresher step's transactions, taken one after the other
@@ -230,6 +240,14 @@ impl SqliteSink {
     /// other for the whole step, and put p99 at half the peak rate at 32–40 ms where it is
     /// 5–7 ms with the refresher off (docs/benchmarks.md, "SQLite's p99 at half rate: the
     /// refresher's step, and the writer it yields").
+    ///
+    /// Its commit is not fsync'd (`synchronous = NORMAL` for this transaction only): the
+    /// fsync, about 4 ms on this machine kind, was half of the time a refresher
+    /// transaction held the writer while acknowledgements waited. Nothing is lost by it. In
+    /// WAL mode a power loss keeps a prefix of the commits, and the next ingest commit
+    /// (`FULL`) fsyncs the WAL up to and including this one; should a power loss come
+    /// first, what rolls back is derived data and the refresher's watermark with it (a
+    /// later commit), so the refresher derives it again.
     pub async fn write_transaction<T, F>(&self, f: F) -> Result<T, SinkError>
     where
         T: Send + 'static,
@@ -239,11 +257,25 @@ impl SqliteSink {
         while self.ingesting.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        let lower = self.durability == Durability::Full;
+        let lowered = self.synchronous_lowered.clone();
+        let durability = self.durability;
         self.with_writer(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
+            if lower {
+                lowered.store(true, Ordering::Relaxed);
+                conn.pragma_update(None, "synchronous", Durability::Normal.pragma_value())?;
+            }
+            let out = (|| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let out = f(&tx)?;
+                tx.commit()?;
+                Ok(out)
+            })();
+            if lower {
+                conn.pragma_update(None, "synchronous", durability.pragma_value())?;
+                lowered.store(false, Ordering::Relaxed);
+            }
+            out
         })
         .await
     }
@@ -276,12 +308,19 @@ impl SqliteSink {
         F: FnOnce(&mut rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let writer = self.writer.clone();
+        let lowered = self.synchronous_lowered.clone();
+        let durability = self.durability;
         run_blocking(move || {
             // A panic while holding the lock leaves the connection usable: an
             // unfinished transaction was rolled back when it was dropped.
             let mut conn = writer
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            // What a refresher transaction that panicked or failed to reset left.
+            if lowered.load(Ordering::Relaxed) {
+                conn.pragma_update(None, "synchronous", durability.pragma_value())?;
+                lowered.store(false, Ordering::Relaxed);
+            }
             f(&mut conn)
         })
         .await

@@ -567,3 +567,49 @@ async fn sqlite_a_write_transaction_is_not_starved_by_ingest() {
         sessions
     );
 }
+
+/// The refresher's transactions commit without an fsync (what they write is derived), and
+/// only they: after one, whether it committed, failed or panicked, the write connection is
+/// back at the sink's durability for the next ingest write.
+#[tokio::test]
+async fn sqlite_a_write_transaction_lowers_synchronous_for_itself_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = SqliteSink::open_in_dir(dir.path()).await.expect("open");
+    let full = ("wal".to_owned(), 2);
+    assert_eq!(sink.write_settings().await.expect("settings"), full);
+
+    let inside: i64 = sink
+        .write_transaction(|tx| tx.query_row("PRAGMA synchronous", [], |r| r.get(0)))
+        .await
+        .expect("write transaction");
+    assert_eq!(inside, 1, "NORMAL inside the refresher's transaction");
+    assert_eq!(sink.write_settings().await.expect("settings"), full);
+
+    let failed = sink
+        .write_transaction(|tx| tx.execute("INSERT INTO no_such_table VALUES (1)", []))
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(sink.write_settings().await.expect("settings"), full);
+
+    let panicked = sink
+        .write_transaction(|_| -> rusqlite::Result<()> { panic!("a bug in a refresher step") })
+        .await;
+    assert!(
+        matches!(panicked, Err(ingest::SinkError::Permanent(_))),
+        "{panicked:?}"
+    );
+    assert_eq!(sink.write_settings().await.expect("settings"), full);
+
+    // The writer is usable after the panic, and what it acknowledges is stored.
+    sink.write(session_rows("u1", "after-panic", 0, 5).into())
+        .await
+        .expect("write");
+    assert_eq!(
+        Store::sqlite(sink.clone())
+            .sessions("u1", 10)
+            .await
+            .expect("sessions")
+            .len(),
+        1
+    );
+}

@@ -54,15 +54,18 @@ const UPSERT_VIEW: &str = "INSERT OR REPLACE INTO qoe_views (owner, session_id, 
     ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, \
     ?28, ?29, ?30, ?31, ?32, ?33)";
 
-/// Views upserted per write transaction.
-const UPSERT_BATCH: usize = 256;
+/// Views upserted per write transaction. Ingest shares the store's single writer, and an
+/// acknowledgement that comes while a transaction runs waits for it: 128 views hold the
+/// writer about 2–3 ms (docs/benchmarks.md, "SQLite's p99 at half rate: short refresher
+/// transactions").
+const UPSERT_BATCH: usize = 128;
 
 /// Sessions in one read (each a bound parameter, twice: [`records_of`]).
 const MAX_SESSIONS: usize = 10_000;
 
-/// Record ids copied into `view_batches_by_session` per write transaction: ingest shares
-/// the store's single writer, so each is kept short.
-const COPY_IDS: i64 = 2048;
+/// Record ids copied into `view_batches_by_session` per write transaction, kept short as
+/// [`UPSERT_BATCH`] is: 512 ids hold the writer about 2–3 ms, 2,048 held it 6–8 ms.
+const COPY_IDS: i64 = 512;
 
 /// The copy of the records with ids in `(?1, ?2]` into `view_batches_by_session`, sorted by
 /// its key so that each page it touches is written once. `OR IGNORE`: a step that copied and

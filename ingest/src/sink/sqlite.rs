@@ -9,9 +9,9 @@
 //! the `analytics` crate, which owns every read; it also writes its derived views
 //! through [`SqliteSink::write_transaction`], on the same single writer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -128,11 +128,21 @@ pub struct SqliteSink {
     /// lock. A panic or a failed reset leaves it set, and the next write sets the level
     /// back before anything else: an ingest commit never runs below `durability`.
     synchronous_lowered: Arc<AtomicBool>,
+    /// How long the last refresher transaction held the write connection, in µs.
+    refresher_hold_us: Arc<AtomicU64>,
+    /// The WAL file, which a refresher transaction fsyncs after it let go of the writer.
+    wal: Arc<PathBuf>,
 }
 
 /// How long one of the refresher's transactions waits for ingest writes to leave the write
-/// connection before it takes it anyway (it waits in 1 ms polls).
+/// connection before it takes it anyway (it waits in 1 ms polls): [`YIELD_PER_HOLD`] times
+/// the hold of the refresher's transaction before it, within 1 ms and this bound.
 const YIELD_TO_INGEST: Duration = Duration::from_millis(50);
+
+/// While ingest keeps the writer busy, the refresher's share of it is one part in
+/// `YIELD_PER_HOLD + 1`. A share rather than a fixed wait: a step is many short
+/// transactions, and a fixed 50 ms before each made a step at full ingest last seconds.
+const YIELD_PER_HOLD: u32 = 4;
 
 /// Counts an ingest write in [`SqliteSink::ingesting`] while it lives.
 struct Ingesting(Arc<AtomicUsize>);
@@ -220,6 +230,8 @@ impl SqliteSink {
             ingesting: Arc::default(),
             durability: opts.durability,
             synchronous_lowered: Arc::default(),
+            refresher_hold_us: Arc::default(),
+            wal: Arc::new(wal_path(path)),
         })
     }
 
@@ -241,43 +253,58 @@ impl SqliteSink {
     /// 5–7 ms with the refresher off (docs/benchmarks.md, "SQLite's p99 at half rate: the
     /// refresher's step, and the writer it yields").
     ///
-    /// Its commit is not fsync'd (`synchronous = NORMAL` for this transaction only): the
-    /// fsync, about 4 ms on this machine kind, was half of the time a refresher
-    /// transaction held the writer while acknowledgements waited. Nothing is lost by it. In
-    /// WAL mode a power loss keeps a prefix of the commits, and the next ingest commit
-    /// (`FULL`) fsyncs the WAL up to and including this one; should a power loss come
-    /// first, what rolls back is derived data and the refresher's watermark with it (a
-    /// later commit), so the refresher derives it again.
+    /// Its commit is fsync'd after the writer is let go: the transaction commits with
+    /// `synchronous = NORMAL` (no fsync), and then fsyncs the WAL itself before it returns.
+    /// The fsync, about 4 ms on this machine kind, was half of the time a refresher
+    /// transaction held the writer while acknowledgements waited; and without the fsync of
+    /// its own, the next ingest commit paid for the refresher's pages (a 49 ms commit after
+    /// a step's run of transactions). Should power fail between its commit and its fsync,
+    /// WAL recovery keeps a prefix of the commits: what rolls back is derived data and the
+    /// refresher's watermark with it (a later commit), which the refresher derives again.
     pub async fn write_transaction<T, F>(&self, f: F) -> Result<T, SinkError>
     where
         T: Send + 'static,
         F: FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T> + Send + 'static,
     {
-        let deadline = tokio::time::Instant::now() + YIELD_TO_INGEST;
+        let last_hold = Duration::from_micros(self.refresher_hold_us.load(Ordering::Relaxed));
+        let deadline = tokio::time::Instant::now()
+            + (last_hold * YIELD_PER_HOLD).clamp(Duration::from_millis(1), YIELD_TO_INGEST);
         while self.ingesting.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let lower = self.durability == Durability::Full;
         let lowered = self.synchronous_lowered.clone();
         let durability = self.durability;
-        self.with_writer(move |conn| {
-            if lower {
-                lowered.store(true, Ordering::Relaxed);
-                conn.pragma_update(None, "synchronous", Durability::Normal.pragma_value())?;
-            }
-            let out = (|| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let out = f(&tx)?;
-                tx.commit()?;
-                Ok(out)
-            })();
-            if lower {
-                conn.pragma_update(None, "synchronous", durability.pragma_value())?;
-                lowered.store(false, Ordering::Relaxed);
-            }
-            out
-        })
-        .await
+        let hold_us = self.refresher_hold_us.clone();
+        let out = self
+            .with_writer(move |conn| {
+                let held = Instant::now();
+                if lower {
+                    lowered.store(true, Ordering::Relaxed);
+                    conn.pragma_update(None, "synchronous", Durability::Normal.pragma_value())?;
+                }
+                let out = (|| {
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let out = f(&tx)?;
+                    tx.commit()?;
+                    Ok(out)
+                })();
+                if lower {
+                    conn.pragma_update(None, "synchronous", durability.pragma_value())?;
+                    lowered.store(false, Ordering::Relaxed);
+                }
+                hold_us.store(held.elapsed().as_micros() as u64, Ordering::Relaxed);
+                out
+            })
+            .await?;
+        if lower {
+            let wal = self.wal.clone();
+            tokio::task::spawn_blocking(move || std::fs::File::open(&*wal)?.sync_data())
+                .await
+                .map_err(|e| SinkError::Permanent(format!("sqlite wal fsync task: {e}")))?
+                .map_err(|e| SinkError::Retryable(format!("sqlite: fsync of the WAL: {e}")))?;
+        }
+        Ok(out)
     }
 
     /// `journal_mode` and `synchronous` (0 off, 1 normal, 2 full, 3 extra) of the
@@ -325,6 +352,13 @@ impl SqliteSink {
         })
         .await
     }
+}
+
+/// The WAL file of the database at `path` (SQLite names it so).
+fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    wal.into()
 }
 
 /// Runs blocking SQLite work off the async threads.

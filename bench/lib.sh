@@ -57,7 +57,8 @@ stop_server() {
 wait_spool_drained() {
     local empty=0 b
     while [ "$empty" -lt 2 ]; do
-        b="$(curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "streamwatch_spool_batches" { print $2 }')"
+        # A server without the gauge (no spool, or a build before it) reads as empty.
+        b="$(curl -sf "http://127.0.0.1:$1/metrics" | awk '$1 == "streamwatch_spool_batches" { print $2 }' || true)"
         if [ "${b:-0}" = 0 ]; then empty=$((empty + 1)); else empty=0; fi
         sleep 0.5
     done

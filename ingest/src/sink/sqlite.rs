@@ -246,12 +246,13 @@ impl SqliteSink {
     /// refresher's writes, which are derived from what ingest stored; keep `f` short,
     /// ingest writes wait for it.
     ///
-    /// It first lets the ingest writes waiting or running go (for up to
-    /// [`YIELD_TO_INGEST`]): a refresher step's transactions, taken one after the other
-    /// while ingest also needs most of the writer, queued acknowledgements behind each
-    /// other for the whole step, and put p99 at half the peak rate at 32–40 ms where it is
-    /// 5–7 ms with the refresher off (docs/benchmarks.md, "SQLite's p99 at half rate: the
-    /// refresher's step, and the writer it yields").
+    /// It first lets the ingest writes waiting or running go (for up to [`YIELD_PER_HOLD`]
+    /// times the previous one's hold, at most [`YIELD_TO_INGEST`]): a refresher step's
+    /// transactions, taken one after the other while ingest also needs most of the writer,
+    /// queued acknowledgements behind each other for the whole step, and put p99 at half
+    /// the peak rate at 32–40 ms where it is 5–7 ms with the refresher off
+    /// (docs/benchmarks.md, "SQLite's p99 at half rate: the refresher's step, and the
+    /// writer it yields").
     ///
     /// Its commit is fsync'd after the writer is let go: the transaction commits with
     /// `synchronous = NORMAL` (no fsync), and then fsyncs the WAL itself before it returns.

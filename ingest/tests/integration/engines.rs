@@ -568,9 +568,10 @@ async fn sqlite_a_write_transaction_is_not_starved_by_ingest() {
     );
 }
 
-/// The refresher's transactions commit without an fsync (what they write is derived), and
-/// only they: after one, whether it committed, failed or panicked, the write connection is
-/// back at the sink's durability for the next ingest write.
+/// The refresher's transactions commit without an fsync while they hold the writer (they
+/// fsync the WAL after letting it go), and only they: after one, whether it committed,
+/// failed or panicked, the write connection is back at the sink's durability for the next
+/// ingest write.
 #[tokio::test]
 async fn sqlite_a_write_transaction_lowers_synchronous_for_itself_only() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -123,10 +123,11 @@ pub struct SqliteSink {
     ingesting: Arc<AtomicUsize>,
     /// The write connection's `synchronous` level for ingest commits.
     durability: Durability,
-    /// Set while a refresher transaction has lowered the write connection's `synchronous`
-    /// level ([`SqliteSink::write_transaction`]), read and written only under the writer's
-    /// lock. A panic or a failed reset leaves it set, and the next write sets the level
-    /// back before anything else: an ingest commit never runs below `durability`.
+    /// Set when a refresher transaction lowered the write connection's `synchronous` level
+    /// ([`SqliteSink::write_transaction`]); read and written only under the writer's lock.
+    /// The next use of the connection ([`SqliteSink::with_writer`]) sets the level back
+    /// before anything else, whether that transaction committed, failed or panicked: an
+    /// ingest commit never runs below `durability`.
     synchronous_lowered: Arc<AtomicBool>,
     /// How long the last refresher transaction held the write connection, in µs.
     refresher_hold_us: Arc<AtomicU64>,
@@ -275,27 +276,20 @@ impl SqliteSink {
         }
         let lower = self.durability == Durability::Full;
         let lowered = self.synchronous_lowered.clone();
-        let durability = self.durability;
         let hold_us = self.refresher_hold_us.clone();
         let out = self
             .with_writer(move |conn| {
                 let held = Instant::now();
                 if lower {
+                    // Set back by the next `with_writer`, before its work.
                     lowered.store(true, Ordering::Relaxed);
                     conn.pragma_update(None, "synchronous", Durability::Normal.pragma_value())?;
                 }
-                let out = (|| {
-                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    let out = f(&tx)?;
-                    tx.commit()?;
-                    Ok(out)
-                })();
-                if lower {
-                    conn.pragma_update(None, "synchronous", durability.pragma_value())?;
-                    lowered.store(false, Ordering::Relaxed);
-                }
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let out = f(&tx)?;
+                tx.commit()?;
                 hold_us.store(held.elapsed().as_micros() as u64, Ordering::Relaxed);
-                out
+                Ok(out)
             })
             .await?;
         if lower {
@@ -344,7 +338,7 @@ impl SqliteSink {
             let mut conn = writer
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            // What a refresher transaction that panicked or failed to reset left.
+            // The level a refresher transaction lowered for itself.
             if lowered.load(Ordering::Relaxed) {
                 conn.pragma_update(None, "synchronous", durability.pragma_value())?;
                 lowered.store(false, Ordering::Relaxed);

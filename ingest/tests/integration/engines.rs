@@ -216,6 +216,15 @@ async fn clickhouse_records_carry_their_writer_and_the_writer_migration_runs_aga
     drop_db(&config.database).await;
 }
 
+/// Sessions of `owner` stored in the embedded `sink`, as the analytics reads list them.
+async fn stored_sessions(sink: &SqliteSink, owner: &str) -> usize {
+    Store::sqlite(sink.clone())
+        .sessions(owner, 100_000)
+        .await
+        .expect("sessions")
+        .len()
+}
+
 async fn drop_db(database: &str) {
     let _ = raw_client("default")
         .query(&format!("DROP DATABASE IF EXISTS {database}"))
@@ -280,14 +289,7 @@ async fn sqlite_checkpoints_committed_rows_off_the_write_path() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(
-        Store::sqlite(sink.clone())
-            .sessions("u1", 100)
-            .await
-            .expect("sessions")
-            .len(),
-        20
-    );
+    assert_eq!(stored_sessions(&sink, "u1").await, 20);
 }
 
 #[tokio::test]
@@ -558,14 +560,7 @@ async fn sqlite_a_write_transaction_is_not_starved_by_ingest() {
         sessions += w.await.expect("writer");
     }
     assert!(sessions > 0);
-    assert_eq!(
-        Store::sqlite(sink.clone())
-            .sessions("u1", 100_000)
-            .await
-            .expect("sessions")
-            .len(),
-        sessions
-    );
+    assert_eq!(stored_sessions(&sink, "u1").await, sessions);
 }
 
 /// The refresher's transactions commit without an fsync while they hold the writer (they
@@ -605,12 +600,5 @@ async fn sqlite_a_write_transaction_lowers_synchronous_for_itself_only() {
     sink.write(session_rows("u1", "after-panic", 0, 5).into())
         .await
         .expect("write");
-    assert_eq!(
-        Store::sqlite(sink.clone())
-            .sessions("u1", 10)
-            .await
-            .expect("sessions")
-            .len(),
-        1
-    );
+    assert_eq!(stored_sessions(&sink, "u1").await, 1);
 }

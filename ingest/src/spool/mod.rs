@@ -48,7 +48,9 @@
 //! that cannot be used, or a lock held elsewhere); each repair is one log line
 //! and is reported in [`Spool::recovery`]:
 //! - bytes after the WAL's last intact commit (a commit cut short by a crash or a
-//!   power loss, which was never acknowledged, or garbage) are cut;
+//!   power loss, which was never acknowledged, or garbage) are cut; whole frames
+//!   there of the WAL's earlier generations (the file is written over after each
+//!   checkpoint) are dropped with them, and counted apart;
 //! - bytes after the database file's last page (garbage) are cut;
 //! - a database SQLite finds damaged (`PRAGMA quick_check`, or any read meeting a
 //!   damaged page, also while running) is moved aside into `damaged-<ms>/` and

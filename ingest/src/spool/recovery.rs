@@ -6,7 +6,8 @@
 //!    crash or a power loss (never acknowledged: the acknowledgement waits for the
 //!    fsync after the commit frame), or garbage appended. The WAL is then copied into
 //!    the database and truncated; the bytes it had past its last commit are
-//!    reported as cut.
+//!    reported as cut, apart from whole frames of the WAL's earlier generations
+//!    (the file is written over after each checkpoint), reported as stale.
 //! 2. **The database file's tail.** Bytes past the database's last page (garbage
 //!    appended) are cut.
 //! 3. **Damage inside.** `PRAGMA quick_check` (or any read) finding the file
@@ -40,8 +41,14 @@ const PROBE_LIMIT: i64 = 1 << 16;
 /// What opening the spool found and repaired.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// Bytes of the WAL past its last intact commit, cut.
+    /// Bytes of the WAL past its last intact commit, cut: a commit cut short, or
+    /// garbage. Frames of earlier generations are not counted here.
     pub wal_bytes_cut: u64,
+    /// Bytes of the WAL past its last intact commit that are whole frames of one of
+    /// its earlier generations: the file is reused from its start after each
+    /// checkpoint (`journal_size_limit`, store.rs), so a crash leaves such frames
+    /// behind the last commit. SQLite never replays them (their salts differ).
+    pub wal_stale_bytes: u64,
     /// Bytes of the database file past its last page, cut.
     pub db_bytes_cut: u64,
     /// Set when the database was damaged and rebuilt from what could be read.
@@ -70,6 +77,8 @@ pub(crate) fn open_store(dir: &Path) -> Result<(Store, Recovery), SpoolError> {
     let wal = dir.join(WAL_FILE);
     let wal_before = file_len(&wal)?;
     let db_before = file_len(&db)?;
+    // Read before the replay, which truncates the WAL.
+    let salts = WalSalts::read(&wal)?;
     let mut recovery = Recovery::default();
     let cause = match replay_wal(&db) {
         Ok(replayed) => {
@@ -81,7 +90,18 @@ pub(crate) fn open_store(dir: &Path) -> Result<(Store, Recovery), SpoolError> {
             } else {
                 0
             };
-            recovery.wal_bytes_cut = wal_before.saturating_sub(valid_wal);
+            recovery.wal_stale_bytes = salts.map_or(0, |s| s.stale_bytes(replayed.frames));
+            recovery.wal_bytes_cut = wal_before
+                .saturating_sub(valid_wal)
+                .saturating_sub(recovery.wal_stale_bytes);
+            if recovery.wal_stale_bytes > 0 {
+                tracing::info!(
+                    bytes = recovery.wal_stale_bytes,
+                    file = %wal.display(),
+                    "spool: dropped the frames of earlier generations after the last commit \
+                     of the write-ahead log (the file is reused; SQLite ignores them)"
+                );
+            }
             if recovery.wal_bytes_cut > 0 {
                 tracing::warn!(
                     bytes = recovery.wal_bytes_cut,
@@ -161,6 +181,75 @@ pub(crate) fn rebuild(dir: &Path, cause: String) -> Result<(Store, Rebuild), Spo
          the damaged files kept aside"
     );
     Ok((store, rebuild))
+}
+
+/// How many generations back a frame's salt may be to count as stale
+/// ([`Recovery::wal_stale_bytes`]). The WAL is cut back to `journal_size_limit` at
+/// each restart, and generations are about the same length (one auto-checkpoint),
+/// so the frames behind the last commit are of the last few; the window keeps the
+/// chance that garbage passes for them at 2^10 in 2^32 per frame.
+const STALE_GENERATIONS: u32 = 1 << 10;
+
+/// The salt-1 of a WAL's header and of each whole frame in the file: SQLite adds
+/// one to it at each restart of the WAL, and every frame carries its generation's
+/// (sqlite.org/fileformat2.html §4.1).
+struct WalSalts {
+    header: u32,
+    frames: Vec<u32>,
+    frame_len: u64,
+}
+
+impl WalSalts {
+    /// `None` when the file is missing or does not start with a WAL header.
+    fn read(wal: &Path) -> Result<Option<Self>, SpoolError> {
+        use std::os::unix::fs::FileExt;
+        let io = |e| SpoolError::io(wal, e);
+        let file = match File::open(wal) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let len = file.metadata().map_err(io)?.len();
+        let mut header = [0u8; WAL_HEADER as usize];
+        if len < WAL_HEADER {
+            return Ok(None);
+        }
+        file.read_exact_at(&mut header, 0).map_err(io)?;
+        let word =
+            |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let page_size = u64::from(word(&header, 8));
+        let magic_ok = matches!(word(&header, 0), 0x377f_0682 | 0x377f_0683);
+        if !magic_ok || !(512..=65_536).contains(&page_size) || !page_size.is_power_of_two() {
+            return Ok(None);
+        }
+        let frame_len = WAL_FRAME_HEADER + page_size;
+        let mut frames = Vec::new();
+        let mut frame_header = [0u8; WAL_FRAME_HEADER as usize];
+        let mut at = WAL_HEADER;
+        while at + frame_len <= len {
+            file.read_exact_at(&mut frame_header, at).map_err(io)?;
+            frames.push(word(&frame_header, 8));
+            at += frame_len;
+        }
+        Ok(Some(Self {
+            header: word(&header, 16),
+            frames,
+            frame_len,
+        }))
+    }
+
+    /// Bytes of the frames after the first `valid` that belong to an earlier
+    /// generation.
+    fn stale_bytes(&self, valid: u64) -> u64 {
+        let valid = usize::try_from(valid).unwrap_or(usize::MAX);
+        let stale = self
+            .frames
+            .iter()
+            .skip(valid)
+            .filter(|&&salt| (1..=STALE_GENERATIONS).contains(&self.header.wrapping_sub(salt)))
+            .count();
+        stale as u64 * self.frame_len
+    }
 }
 
 struct Replayed {

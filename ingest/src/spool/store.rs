@@ -27,6 +27,10 @@ pub(crate) static CRC32C: Crc<u32> = Crc::<u32>::new(&CRC_32_ISCSI);
 /// records of a group commit.
 const PAGE_SIZE: i64 = 4096;
 
+/// Bytes of WAL file kept when the WAL starts over (one auto-checkpoint's worth,
+/// 1,000 pages, and room for a large last commit).
+const WAL_KEEP_BYTES: u64 = 8 << 20;
+
 /// Free pages are handed back to the filesystem (`incremental_vacuum`) once they
 /// exceed this many bytes and four times the bytes still held: after an outage's
 /// spool drained, not while it is draining (moving the live pages then would write
@@ -89,16 +93,20 @@ pub(crate) fn connect(path: &Path) -> rusqlite::Result<Connection> {
         ));
     }
     // FULL: every commit fsyncs the WAL before it returns; that fsync is what an
-    // acknowledgement stands on. journal_size_limit = 0: when the WAL starts over
-    // after a checkpoint, its first commit truncates the file to what it wrote, so
-    // at open every byte past the last commit is damage, not stale frames.
+    // acknowledgement stands on. journal_size_limit: when the WAL starts over after
+    // a checkpoint, it keeps the file (cut back to this size) and writes over it.
+    // An fsync of bytes written over needs no journal commit of the filesystem's
+    // (the file's size and blocks are unchanged); one of an append waits for the
+    // filesystem's journal, shared with every other writer on the disk
+    // (docs/benchmarks.md, "The spool's fsync: writing over its WAL"). Recovery
+    // tells the frames this leaves behind a crash's last commit from damage.
     // cell_size_check: SQLite checks each b-tree cell's bounds as it reads it.
-    conn.execute_batch(
+    conn.execute_batch(&format!(
         "PRAGMA synchronous = FULL;
-         PRAGMA journal_size_limit = 0;
+         PRAGMA journal_size_limit = {WAL_KEEP_BYTES};
          PRAGMA cell_size_check = ON;
-         PRAGMA trusted_schema = OFF;",
-    )?;
+         PRAGMA trusted_schema = OFF;"
+    ))?;
     Ok(conn)
 }
 

@@ -352,6 +352,83 @@ async fn a_wal_cut_mid_commit_loses_only_that_commit_and_is_cut_at_open() {
 }
 
 #[tokio::test]
+async fn frames_of_an_earlier_wal_generation_are_stale_not_cut() {
+    let (live, crashed) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    // Records of about a page each: the first ~1,000 pages of WAL end in SQLite's
+    // auto-checkpoint, and the next commits write over the start of the file, so
+    // the crash leaves the first generation's later frames behind the last commit.
+    let wal = live.path().join(WAL_FILE);
+    let spool = Spool::open(live.path(), 1 << 30).await.expect("open");
+    let mut n = 0usize;
+    let mut longest = 0u64;
+    let mut first_salt = None;
+    loop {
+        n += 1;
+        spool
+            .append(Record {
+                events: 1,
+                payload: payload(0, n, 3000),
+            })
+            .await
+            .expect("append");
+        let len = std::fs::metadata(&wal).expect("wal").len();
+        assert!(
+            len >= longest,
+            "the WAL file was cut back: {len} < {longest}"
+        );
+        longest = len;
+        let salt = wal_salt(&wal);
+        if *first_salt.get_or_insert(salt) != salt {
+            break;
+        }
+        assert!(n < 5000, "the WAL never started over");
+    }
+    // A few commits into the new generation, far short of the old one's length.
+    for _ in 0..5 {
+        n += 1;
+        spool
+            .append(Record {
+                events: 1,
+                payload: payload(0, n, 3000),
+            })
+            .await
+            .expect("append");
+    }
+    assert_eq!(std::fs::metadata(&wal).expect("wal").len(), longest);
+    crash_copy(live.path(), crashed.path());
+    let wal_len = std::fs::metadata(crashed.path().join(WAL_FILE))
+        .expect("wal")
+        .len();
+
+    let reopened = Spool::open(crashed.path(), 1 << 30).await.expect("open");
+    let recovery = reopened.recovery().clone();
+    assert_eq!(recovery.wal_bytes_cut, 0, "{recovery:?}");
+    assert_eq!(recovery.wal_stale_bytes % (4096 + 24), 0, "{recovery:?}");
+    assert!(
+        recovery.wal_stale_bytes > wal_len / 2 && recovery.wal_stale_bytes < wal_len,
+        "{recovery:?} of {wal_len}"
+    );
+    assert_eq!((recovery.db_bytes_cut, recovery.rebuilt), (0, None));
+    let held = all_records(&reopened).await;
+    assert_eq!(ids(&held), (1..=n as i64).collect::<Vec<_>>());
+    assert_payloads(&held, 3000);
+    spool.close().await.expect("close");
+}
+
+/// The salt-1 of the WAL's header: SQLite adds one to it each time the WAL starts
+/// over (sqlite.org/fileformat2.html §4.1).
+fn wal_salt(wal: &Path) -> u32 {
+    let mut header = [0u8; 20];
+    std::fs::File::open(wal)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header))
+        .expect("read the WAL's header");
+    u32::from_be_bytes([header[16], header[17], header[18], header[19]])
+}
+
+#[tokio::test]
 async fn garbage_after_the_wal_is_cut_and_every_record_kept() {
     let (live, crashed) = (
         tempfile::tempdir().expect("tempdir"),

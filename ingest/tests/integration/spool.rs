@@ -367,13 +367,7 @@ async fn frames_of_an_earlier_wal_generation_are_stale_not_cut() {
     let mut first_salt = None;
     loop {
         n += 1;
-        spool
-            .append(Record {
-                events: 1,
-                payload: payload(0, n, 3000),
-            })
-            .await
-            .expect("append");
+        append_page(&spool, n).await;
         let len = std::fs::metadata(&wal).expect("wal").len();
         assert!(
             len >= longest,
@@ -389,13 +383,7 @@ async fn frames_of_an_earlier_wal_generation_are_stale_not_cut() {
     // A few commits into the new generation, far short of the old one's length.
     for _ in 0..5 {
         n += 1;
-        spool
-            .append(Record {
-                events: 1,
-                payload: payload(0, n, 3000),
-            })
-            .await
-            .expect("append");
+        append_page(&spool, n).await;
     }
     assert_eq!(std::fs::metadata(&wal).expect("wal").len(), longest);
     crash_copy(live.path(), crashed.path());
@@ -416,6 +404,17 @@ async fn frames_of_an_earlier_wal_generation_are_stale_not_cut() {
     assert_eq!(ids(&held), (1..=n as i64).collect::<Vec<_>>());
     assert_payloads(&held, 3000);
     spool.close().await.expect("close");
+}
+
+/// Appends record `i`: 3,000 bytes, one leaf page of the spool's table.
+async fn append_page(spool: &Spool, i: usize) {
+    spool
+        .append(Record {
+            events: 1,
+            payload: payload(0, i, 3000),
+        })
+        .await
+        .expect("append");
 }
 
 /// The salt-1 of the WAL's header: SQLite adds one to it each time the WAL starts
